@@ -1,0 +1,144 @@
+"""Command line: `serve` (default), `replay` and `demo`. Every flag has an environment variable.
+
+Heavy modules (aiohttp, the tailer, the simulator) are imported inside the commands that use
+them, so `replay` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from exporter import __version__
+
+ENV_PREFIX = "ZAROZ_EXPORTER_"
+DEFAULT_PORT = 9817
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _add(p: argparse.ArgumentParser, flag: str, *, help: str, **kw: Any) -> None:
+    """A flag whose default comes from ZAROZ_EXPORTER_<FLAG>, shown in --help."""
+    env = _env_name(flag)
+    raw = os.environ.get(env)
+    action = kw.get("action")
+    if raw is not None:
+        if action == "store_true":
+            kw["default"] = raw.lower() in ("1", "true", "yes", "on")
+        elif action == "append":
+            kw["default"] = [v.strip() for v in raw.split(",") if v.strip()]
+        else:
+            kw["default"] = kw.get("type", str)(raw)
+    p.add_argument(flag, help=f"{help} [env {env}]", **kw)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    _add(p, "--log-level", help="log level", default="info",
+         choices=["debug", "info", "warning", "error"])
+    _add(p, "--log-format", help="log format", default="text", choices=["text", "json"])
+
+
+def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
+    _add(p, "--listen", help="address for /metrics, /healthz, /readyz", default=listen)
+    _add(p, "--gzip-level", help="gzip level for scrapes that accept gzip", type=int, default=1)
+    _add(p, "--page-limit", help="events per route request (1..1000)", type=int, default=1000)
+    _add(p, "--wait", help="long-poll seconds per route request (0..60)", type=int, default=30)
+    _add(p, "--request-timeout-margin", help="seconds allowed beyond --wait for a request",
+         type=float, default=10.0)
+    _add(p, "--backoff-max", help="longest pause between failed requests, seconds",
+         type=float, default=30.0)
+    _add(p, "--discovery-interval", help="seconds between workload list refreshes",
+         type=float, default=60.0)
+    _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is dropped",
+         type=float, default=24 * 3600.0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zaroz-exporter",
+        formatter_class=_Formatter,
+        description="Prometheus metrics for the zaroz units platform, from its event log.",
+        epilog=(
+            "commands:\n"
+            "  serve    tail the events route and serve /metrics (the default)\n"
+            "  replay   apply JSONL event logs and print the exposition or a summary\n"
+            "  demo     run a simulated platform and the exporter against it on loopback\n\n"
+            "Run `zaroz-exporter COMMAND --help` for a command's flags."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", formatter_class=_Formatter,
+                           help="tail the events route and serve /metrics",
+                           description="Tail every workload's event log and serve its metrics.")
+    _add(serve, "--events-url", help="base URL of the platform's events route", default=None)
+    _add(serve, "--events-token-file",
+         help="file holding the route's bearer token (re-read when it changes)", default=None)
+    _add(serve, "--workload", help="workload id to tail (repeat, or comma-separated in the env "
+         "var); none: discover from the route's workload list", action="append", default=[])
+    _serve_flags(serve, f"0.0.0.0:{DEFAULT_PORT}")
+    _common(serve)
+
+    replay = sub.add_parser(
+        "replay", formatter_class=_Formatter, help="apply JSONL event logs and print metrics",
+        description="Apply JSONL event logs (one envelope a line) and print the final exposition "
+        "in Prometheus text format. Bad lines are counted, never fatal.")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event log files")
+    _add(replay, "--workload", help="workload of every file (default: the file name without "
+         ".jsonl)", default=None)
+    _add(replay, "--summary", help="print count, p50, p95, p99 and anomaly counts instead",
+         action="store_true", default=False)
+    _add(replay, "--openmetrics", help="print OpenMetrics instead of text 0.0.4",
+         action="store_true", default=False)
+
+    demo = sub.add_parser("demo", formatter_class=_Formatter,
+                          help="simulated platform + exporter on loopback",
+                          description="Start the simulator's events route and the exporter "
+                          "tailing it, print the URLs, serve live metrics until interrupted.")
+    _serve_flags(demo, f"127.0.0.1:{DEFAULT_PORT}")
+    _add(demo, "--route-listen", help="address of the simulated events route",
+         default="127.0.0.1:0")
+    _add(demo, "--workloads", help="simulated workloads", type=int, default=3)
+    _add(demo, "--rate", help="unit arrivals per second per workload", type=float, default=2.0)
+    _add(demo, "--seed", help="random seed of the simulation", type=int, default=1)
+    _add(demo, "--faults", help="inject random route faults (5xx, 429, drops)",
+         action="store_true", default=False)
+    _add(demo, "--duration", help="stop after this many seconds (0: run until interrupted)",
+         type=float, default=0.0)
+    _common(demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "serve")
+    args = build_parser().parse_args(argv)
+    if args.command == "replay":
+        from exporter import replay
+
+        return replay.run(args.files, args.workload, args.summary, args.openmetrics)
+    from exporter import logs
+
+    logs.setup(args.log_level, args.log_format)
+    if args.command == "serve":
+        from exporter import serve
+
+        return serve.main(args)
+    from exporter import demo
+
+    return demo.main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

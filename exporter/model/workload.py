@@ -1,0 +1,150 @@
+"""Applying one workload's event log in seq order (measurements.md, "Applying a workload's events").
+
+Pure: events and explicit decisions (give up a gap, expire idle units at a given time) go in,
+observer calls come out. The same inputs in any order give the same observations, so replay,
+live tailing and tests share this code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.catalog import EVENT_TYPES, UNKNOWN
+from exporter.contract import is_valid_event
+from exporter.model.observations import Observer
+from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.units import HANDLERS, Unit
+
+KNOWN_TYPES = frozenset(EVENT_TYPES)
+PING = "webhook.ping"
+# Marks a seq used up by an event that failed the schema (it is no gap, and it applies nothing).
+_INVALID = object()
+
+
+def _seq_of(obj: Any) -> int | None:
+    s = obj.get("seq") if type(obj) is dict else None
+    return s if type(s) is int and s >= 1 else None
+
+
+class WorkloadLog:
+    """Reorders, deduplicates and applies the events of one workload."""
+
+    def __init__(
+        self,
+        observer: Observer,
+        *,
+        after: int = 0,
+        max_pending: int = 10_000,
+        idle_ns: int = 24 * 3600 * 10**9,
+    ) -> None:
+        self.obs = observer
+        self.next = after + 1
+        self.pending: dict[int, Any] = {}
+        self.max_pending = max_pending
+        self.idle_ns = idle_ns
+        self.units: dict[str, Unit] = {}
+        self.expired = 0
+        self.last_at = ""  # occurred_at of the last event applied, parsed when read
+
+    @property
+    def clock(self) -> int:
+        """The event clock: occurred_at of the last event applied, in ns (0 before any)."""
+        return parse_rfc3339_ns(self.last_at) if self.last_at else 0
+
+    @property
+    def applied_through(self) -> int:
+        """Every seq up to this one was applied, invalid or given up."""
+        return self.next - 1
+
+    def offer(self, obj: Any) -> None:
+        """An event as decoded JSON, in any order, possibly again."""
+        valid = is_valid_event(obj)
+        if valid and obj["type"] == PING:
+            self.obs.applied(PING, obj["seq"])
+            self.obs.ping(obj["seq"])
+            return
+        if valid:
+            seq = obj["seq"]
+        else:
+            seq = _seq_of(obj)
+            if seq is None or (type(obj) is dict and obj.get("type") == PING):
+                self.obs.invalid("schema")
+                return
+            obj = _INVALID
+        if seq == self.next:
+            self._apply(seq, obj)
+            self.next = seq + 1
+            if self.pending:
+                self._drain_pending()
+        elif seq < self.next or seq in self.pending:
+            self.obs.duplicate()
+        else:
+            self.pending[seq] = obj
+            if len(self.pending) > self.max_pending:
+                self.give_up(min(self.pending) - 1)
+
+    def reject_json(self) -> None:
+        """A line or delivery that is not JSON at all: invalid, with no seq to use up."""
+        self.obs.invalid("json")
+
+    def give_up(self, through: int) -> None:
+        """Seqs up to `through` that have not arrived are lost: count them and apply what waits."""
+        while self.next <= through:
+            if self.next in self.pending:
+                self._apply(self.next, self.pending.pop(self.next))
+                self.next += 1
+                continue
+            end = min(through, min(self.pending, default=through + 1) - 1)
+            self.obs.gap(self.next, end)
+            self.next = end + 1
+        self._drain_pending()
+
+    def flush(self) -> None:
+        """End of input (replay): give up every gap still open."""
+        if self.pending:
+            self.give_up(max(self.pending))
+
+    def expire(self, now_ns: int) -> None:
+        """Drop units with no event for the idle limit, so memory stays bounded."""
+        limit = now_ns - self.idle_ns
+        stale = [uid for uid, u in self.units.items() if parse_rfc3339_ns(u.last) < limit]
+        for uid in stale:
+            del self.units[uid]
+        self.expired += len(stale)
+
+    def _drain_pending(self) -> None:
+        p = self.pending
+        while self.next in p:
+            seq = self.next
+            self._apply(seq, p.pop(seq))
+            self.next = seq + 1
+
+    def _apply(self, seq: int, ev: Any) -> None:
+        if ev is _INVALID:
+            self.obs.invalid("schema")
+            return
+        try:
+            t = ev["type"]
+            self.last_at = at = ev["occurred_at"]
+            self.obs.applied(t if t in KNOWN_TYPES else UNKNOWN, seq)
+            unit = ev["unit"]
+            if type(unit) is dict:
+                uid = unit["id"]
+                units = self.units
+                u = units.get(uid)
+                h = HANDLERS.get(t)
+                if u is None:
+                    if h is None:
+                        return
+                    u = units[uid] = Unit(at)
+                else:
+                    u.last = at
+                if h is not None:
+                    h(u, uid, at, ev["data"], self.obs)
+                    if t == "unit.destroyed":
+                        del units[uid]
+            elif t == "units.scaled":
+                self.obs.desired(ev["data"]["to"])
+        except (ValueError, KeyError, TypeError):
+            # A validator and the parser that disagree must not stop the log: count it.
+            self.obs.invalid("schema")

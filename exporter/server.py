@@ -1,0 +1,114 @@
+"""The HTTP server: /metrics, /healthz, /readyz and a landing page (aiohttp)."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+import zlib
+from collections.abc import Callable
+
+from aiohttp import web
+
+from exporter import __version__
+from exporter.sinks.metrics.exposition import (
+    OPENMETRICS_TYPE,
+    TEXT_TYPE,
+    render,
+    wants_openmetrics,
+)
+from exporter.sinks.metrics.family import Registry
+
+Readiness = Callable[[], tuple[bool, str]]
+
+
+def _accepts_gzip(header: str | None) -> bool:
+    if not header:
+        return False
+    for part in header.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        if fields[0].lower() in ("gzip", "*"):
+            return not any(f.replace(" ", "") in ("q=0", "q=0.0", "q=0.00") for f in fields[1:])
+    return False
+
+
+class MetricsServer:
+    def __init__(
+        self,
+        registry: Registry,
+        readiness: Readiness | None = None,
+        *,
+        gzip_level: int = 1,
+        links: dict[str, str] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.readiness = readiness or (lambda: (True, "no sources"))
+        self.gzip_level = gzip_level
+        self.links = links or {}
+        self._series = registry["zaroz_exporter_series"].labels()
+        self._duration = registry["zaroz_exporter_last_scrape_duration_seconds"].labels()
+        self._bytes = registry["zaroz_exporter_last_scrape_bytes"].labels()
+        self.app = web.Application()
+        self.app.router.add_get("/", self.landing)
+        self.app.router.add_get("/metrics", self.metrics)
+        self.app.router.add_get("/healthz", self.healthz)
+        self.app.router.add_get("/readyz", self.readyz)
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        """Streams the exposition family by family, yielding to ingestion between families."""
+        start = time.perf_counter()
+        om = wants_openmetrics(request.headers.get("Accept"))
+        gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
+        resp = web.StreamResponse(headers={"Content-Type": OPENMETRICS_TYPE if om else TEXT_TYPE})
+        if gz:
+            resp.headers["Content-Encoding"] = "gzip"
+            comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)
+        await resp.prepare(request)
+        size = 0
+        for chunk in render(self.registry, om):
+            size += len(chunk)
+            await resp.write(comp.compress(chunk) if gz else chunk)
+            await asyncio.sleep(0)
+        if gz:
+            await resp.write(comp.flush())
+        await resp.write_eof()
+        self._series.set(self.registry.series_count())
+        self._bytes.set(size)
+        self._duration.set(time.perf_counter() - start)
+        return resp
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ok, detail = self.readiness()
+        text = ("ok" if ok else "not ready") + f": {detail}\n"
+        return web.Response(status=200 if ok else 503, text=text)
+
+    async def landing(self, request: web.Request) -> web.Response:
+        links = {"/metrics": "Metrics", "/healthz": "Health", "/readyz": "Readiness", **self.links}
+        items = "".join(
+            f'<li><a href="{html.escape(h)}">{html.escape(t)}</a></li>' for h, t in links.items()
+        )
+        ok, detail = self.readiness()
+        body = (
+            "<!doctype html><html><head><meta charset='utf-8'><title>zaroz exporter</title></head>"
+            f"<body><h1>zaroz units exporter</h1><p>version {__version__}</p>"
+            f"<p>ready: {'yes' if ok else 'no'} ({html.escape(detail)})</p><ul>{items}</ul>"
+            f"<p>{self.registry.series_count()} series</p></body></html>"
+        )
+        return web.Response(text=body, content_type="text/html")
+
+
+async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, str]:
+    """Binds `host:port` (port 0 picks one) and returns the runner and the URL it serves on."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, int(port))
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    bound = sock.getsockname()[1]
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return runner, f"http://{shown}:{bound}"

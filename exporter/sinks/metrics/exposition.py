@@ -1,0 +1,70 @@
+"""Prometheus text 0.0.4 and OpenMetrics 1.0 rendering of a registry.
+
+Sample lines are the same in both formats for what we expose (counters keep `_total` on the
+sample, histograms and gauges are identical); only family headers and the `# EOF` trailer differ,
+so each series is rendered once and serves both formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from exporter.catalog import Kind, Metric
+from exporter.sinks.metrics.family import Registry
+
+TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """True when the Accept header prefers OpenMetrics (Prometheus sends it first when enabled)."""
+    if not accept:
+        return False
+    best_q, best_om = -1.0, False
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        mtype, q = fields[0].lower(), 1.0
+        for f in fields[1:]:
+            if f.startswith("q="):
+                try:
+                    q = float(f[2:])
+                except ValueError:
+                    q = 0.0
+        if mtype == "application/openmetrics-text" and q > best_q:
+            best_q, best_om = q, True
+        elif mtype in ("text/plain", "*/*", "text/*") and q > best_q:
+            best_q, best_om = q, False
+    return best_om
+
+
+def _escape_help(h: str) -> str:
+    return h.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def header(m: Metric, openmetrics: bool) -> bytes:
+    if openmetrics:
+        lines = [
+            f"# TYPE {m.family} {m.kind.value}\n",
+            f"# HELP {m.family} {_escape_help(m.help)}\n",
+        ]
+        if m.unit and m.family.endswith("_" + m.unit):
+            lines.append(f"# UNIT {m.family} {m.unit}\n")
+    else:
+        kind = "gauge" if m.kind is Kind.INFO else m.kind.value
+        lines = [f"# HELP {m.name} {_escape_help(m.help)}\n", f"# TYPE {m.name} {kind}\n"]
+    return "".join(lines).encode()
+
+
+def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
+    """The exposition in pieces, one family at a time."""
+    for fam in registry.families.values():
+        yield header(fam.metric, openmetrics)
+        body = fam.body()
+        if body:
+            yield body
+    if openmetrics:
+        yield b"# EOF\n"
+
+
+def render_bytes(registry: Registry, openmetrics: bool = False) -> bytes:
+    return b"".join(render(registry, openmetrics))

@@ -1,0 +1,72 @@
+"""Metric families and the registry built from the catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from exporter import catalog
+from exporter.catalog import Kind, Metric
+from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
+
+
+class Family:
+    __slots__ = ("_body", "bounds_ns", "dirty", "live", "metric", "series")
+
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+        self.series: dict[tuple[str, ...], Series | HistogramSeries] = {}
+        self.dirty: list[Series | HistogramSeries] = []
+        self.live: list[CallbackSeries] = []
+        self.bounds_ns = tuple(round(b * 1e9) for b in metric.buckets)
+        self._body: bytes | None = b""
+
+    def labels(self, *values: str) -> Series | HistogramSeries:
+        s = self.series.get(values)
+        if s is None:
+            if len(values) != len(self.metric.labels):
+                raise ValueError(f"{self.metric.name} takes labels {self.metric.labels}")
+            cls = HistogramSeries if self.metric.kind is Kind.HISTOGRAM else Series
+            s = self.series[values] = cls(self, values)
+        return s
+
+    def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> CallbackSeries:
+        """A series whose value `fn` gives at each scrape."""
+        self.remove(*values)
+        s = self.series[values] = CallbackSeries(self, values, fn)
+        return s
+
+    def remove(self, *values: str) -> None:
+        s = self.series.pop(values, None)
+        if s is not None:
+            self._body = None
+            if isinstance(s, CallbackSeries):
+                self.live.remove(s)
+
+    def body(self) -> bytes:
+        """The family's samples; renders only what changed since the last call."""
+        for s in self.live:
+            old = s.line
+            if s.render() != old:
+                self._body = None
+        if self.dirty:
+            for s in self.dirty:
+                if s.line is None:
+                    s.render()
+            self.dirty.clear()
+            self._body = None
+        if self._body is None:
+            self._body = b"".join([s.line for s in self.series.values()])  # type: ignore[misc]
+        return self._body
+
+
+class Registry:
+    """All families of the catalog, in catalog order."""
+
+    def __init__(self, metrics: Iterable[Metric] = catalog.METRICS) -> None:
+        self.families: dict[str, Family] = {m.name: Family(m) for m in metrics}
+
+    def __getitem__(self, name: str) -> Family:
+        return self.families[name]
+
+    def series_count(self) -> int:
+        return sum(len(f.series) for f in self.families.values())

@@ -1,0 +1,122 @@
+"""The lifecycle model's observations for one workload, as catalog metrics.
+
+Series are resolved once per workload (or per label value on first use), so an observation is an
+attribute access and an increment.
+"""
+
+from __future__ import annotations
+
+from exporter import catalog
+from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.series import HistogramSeries, Series
+
+EXIT_CODES = frozenset(catalog.EXIT_CODES)
+REASON_LIMIT = 20  # distinct failure/destroy reasons kept per workload; the rest are `other`
+
+
+def _reason_ok(r: str) -> bool:
+    return 0 < len(r) <= 64 and r.isprintable()
+
+
+class BoundedLabel:
+    """First-come label values up to a limit, then `other`: bounded series from free text."""
+
+    def __init__(self, limit: int = REASON_LIMIT) -> None:
+        self.limit = limit
+        self.seen: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self.seen:
+            return value
+        if len(self.seen) < self.limit and _reason_ok(value):
+            self.seen.add(value)
+            return value
+        return catalog.OTHER
+
+
+class WorkloadMetrics:
+    """Implements model.observations.Observer for one workload."""
+
+    def __init__(self, registry: Registry, workload: str) -> None:
+        w = workload
+        r = registry
+        self.workload = w
+        self._events = r["zaroz_events_total"]
+        self._event_series: dict[str, Series] = {}
+        self._dup = r["zaroz_events_duplicate_total"].labels(w)
+        self._invalid = r["zaroz_events_invalid_total"]
+        self._gaps = r["zaroz_events_gaps_total"].labels(w)
+        self._missing = r["zaroz_events_missing_total"].labels(w)
+        self._skew = r["zaroz_events_clock_skew_total"]
+        self._ready: HistogramSeries = r["zaroz_unit_ready_seconds"].labels(w)  # type: ignore[assignment]
+        self._ack: HistogramSeries = r["zaroz_unit_allocation_ack_seconds"].labels(w)  # type: ignore[assignment]
+        self._drain = r["zaroz_unit_drain_seconds"]
+        self._allocs = {
+            o: r["zaroz_unit_allocations_total"].labels(w, o) for o in catalog.ALLOCATION_OUTCOMES
+        }
+        self._startups = {
+            o: r["zaroz_unit_startups_total"].labels(w, o) for o in catalog.STARTUP_OUTCOMES
+        }
+        self._exits = r["zaroz_unit_exits_total"]
+        self._failures = r["zaroz_unit_failures_total"]
+        self._destroyed = r["zaroz_unit_destroyed_total"]
+        self._failure_reason = BoundedLabel()
+        self._destroy_reason = BoundedLabel()
+        self._desired = r["zaroz_workload_desired_units"]
+        for reason in catalog.INVALID_REASONS:
+            self._invalid.labels(w, reason)
+        for m in catalog.SKEW_MEASUREMENTS:
+            self._skew.labels(w, m)
+
+    def applied(self, type_label: str, seq: int) -> None:
+        s = self._event_series.get(type_label)
+        if s is None:
+            s = self._event_series[type_label] = self._events.labels(  # type: ignore[assignment]
+                self.workload, type_label
+            )
+        s.inc()
+
+    def duplicate(self) -> None:
+        self._dup.inc()
+
+    def invalid(self, reason: str) -> None:
+        self._invalid.labels(self.workload, reason).inc()
+
+    def gap(self, first: int, last: int) -> None:
+        self._gaps.inc()
+        self._missing.inc(last - first + 1)
+
+    def skew(self, measurement: str) -> None:
+        self._skew.labels(self.workload, measurement).inc()
+
+    def ready(self, unit_id: str, ns: int) -> None:
+        self._ready.observe_ns(ns)
+
+    def startup(self, unit_id: str, outcome: str) -> None:
+        self._startups[outcome].inc()
+
+    def allocation(self, unit_id: str, outcome: str, ack_ns: int | None) -> None:
+        self._allocs[outcome].inc()
+        if ack_ns is not None:
+            self._ack.observe_ns(ack_ns)
+
+    def drain(self, unit_id: str, reason: str, ns: int) -> None:
+        self._drain.labels(self.workload, reason).observe_ns(ns)  # type: ignore[union-attr]
+
+    def exited(self, unit_id: str, code: int, restarted: bool) -> None:
+        c = str(code)
+        self._exits.labels(
+            self.workload, c if c in EXIT_CODES else catalog.OTHER, "true" if restarted else "false"
+        ).inc()
+
+    def failed(self, unit_id: str, reason: str) -> None:
+        self._failures.labels(self.workload, self._failure_reason(reason)).inc()
+
+    def destroyed(self, unit_id: str, reason: str) -> None:
+        self._destroyed.labels(self.workload, self._destroy_reason(reason)).inc()
+
+    def desired(self, units: int) -> None:
+        self._desired.labels(self.workload).set(units)
+
+    def ping(self, seq: int) -> None:
+        """Webhook cursors are handled by the intake (issue 4); nothing to expose here yet."""
