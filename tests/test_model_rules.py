@@ -366,3 +366,14 @@ def test_pending_buffer_is_bounded():
     assert len(wl.pending) <= 5
     assert rec.of("gap")[0] == (1, 1)
     assert wl.applied_through == 20
+
+
+def test_integral_float_seq_is_the_same_seq():
+    log = Log()
+    a = log.add("unit.created", at_ms=0)
+    b = log.add("unit.ready", at_ms=5)
+    b["seq"] = 2.0
+    rec, wl = run([a, b, dict(b, seq=2)])
+    assert rec.of("ready") == [("u1", 5 * MS)]
+    assert len(rec.of("duplicate")) == 1
+    assert wl.applied_through == 2 and type(wl.applied_through) is int

@@ -65,6 +65,8 @@ class WorkloadLog:
             return
         if valid:
             seq = obj["seq"]
+            if type(seq) is not int:  # JSON Schema's integer admits 1.0
+                seq = int(seq)
         else:
             seq = _seq_of(obj)
             if seq is None or (type(obj) is dict and obj.get("type") == PING):
