@@ -188,7 +188,8 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_route_requests_total", Kind.COUNTER,
-        "Requests to the events route by result (HTTP status code, or timeout / connection).",
+        "Requests to the events route by result: HTTP status (other codes by class, e.g. 4xx), "
+        "or timeout, connection, truncated, invalid_body, token (token file unreadable).",
         ("workload", "result"), group="route",
     ),
     Metric(

@@ -22,13 +22,13 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
-def _env_name(flag: str) -> str:
-    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+def _env_name(flag: str, scope: str = "") -> str:
+    return ENV_PREFIX + scope + flag.lstrip("-").replace("-", "_").upper()
 
 
-def _add(p: argparse.ArgumentParser, flag: str, *, help: str, **kw: Any) -> None:
-    """A flag whose default comes from ZAROZ_EXPORTER_<FLAG>, shown in --help."""
-    env = _env_name(flag)
+def _add(p: argparse.ArgumentParser, flag: str, *, help: str, scope: str = "", **kw: Any) -> None:
+    """A flag whose default comes from ZAROZ_EXPORTER_[SCOPE_]<FLAG>, shown in --help."""
+    env = _env_name(flag, scope)
     raw = os.environ.get(env)
     action = kw.get("action")
     if raw is not None:
@@ -95,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         "in Prometheus text format. Bad lines are counted, never fatal.")
     replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event log files")
     _add(replay, "--workload", help="workload of every file (default: the file name without "
-         ".jsonl)", default=None)
+         ".jsonl)", default=None, scope="REPLAY_")
     _add(replay, "--summary", help="print count, p50, p95, p99 and anomaly counts instead",
-         action="store_true", default=False)
+         action="store_true", default=False, scope="REPLAY_")
     _add(replay, "--openmetrics", help="print OpenMetrics instead of text 0.0.4",
-         action="store_true", default=False)
+         action="store_true", default=False, scope="REPLAY_")
 
     demo = sub.add_parser("demo", formatter_class=_Formatter,
                           help="simulated platform + exporter on loopback",

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import contract, contract_explain
+from exporter import contract_explain
 from exporter.contract import (
     SCHEMA_NAMES,
     SCHEMAS,

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints its figures next to an alternative measured in the same run."""

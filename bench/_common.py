@@ -1,0 +1,92 @@
+"""Helpers shared by the benchmarks: interleaved repetition, memory readings, tables.
+
+The benchmark machine is small and noisy, so every figure is a best-of-K where the compared
+alternatives take turns within each round (a slow stretch of the machine hits both sides).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"  # git-ignored
+
+
+def child_env() -> dict[str, str]:
+    """Environment for child Pythons: the checkout importable even when it is not installed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Wall seconds of one call, after a full collection so earlier garbage is not billed."""
+    gc.collect()
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def interleaved(cases: dict[str, Callable[[], float]], repeat: int) -> dict[str, list[float]]:
+    """Run every case once per round, rotating the order, `repeat` rounds; each returns seconds."""
+    names = list(cases)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeat):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            out[name].append(cases[name]())
+    return out
+
+
+def proc_status_kib(field: str) -> int:
+    """A /proc/self/status figure (VmRSS, VmHWM) in KiB; 0 where there is no procfs."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux clear_refs 5), so a later peak is this step's own."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:,.1f} MiB"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def spread(xs: Sequence[float]) -> str:
+    """best (median, worst) of a list of seconds."""
+    s = sorted(xs)
+    return f"{ms(s[0])} (med {ms(s[len(s) // 2])}, max {ms(s[-1])})"
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns; the first row is the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def header(title: str) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    print(f"== {title}  (python {sys.version.split()[0]}, nproc {cpus})", flush=True)

@@ -1,0 +1,193 @@
+"""Replay throughput against its floor: decoding and schema-checking the same lines.
+
+`apply_files` cannot beat `orjson.loads` + `is_valid_event` on every line (both are C calls it
+must make), so their time is the floor; everything above it is the lifecycle model, metrics and
+Python glue. Also times the whole CLI (interpreter start, imports, replay, render) and the start-up
+of `zaroz-exporter replay` on an empty file against `python -c pass`, since replay must import
+lazily.
+
+Run: python -m bench.replay [--events N] [--repeat K] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from bench._common import OUT, child_env, header, interleaved, spread, table, timed
+from exporter.contract import is_valid_event
+from exporter.pipeline import Pipeline
+from exporter.replay import apply_files
+from exporter.sim.scenario import SimConfig, Simulator
+
+NS = 1_000_000_000
+TARGET_RATIO = 2.0
+# Modules replay must not import (the server, the tailer, the simulator).
+HEAVY = ("aiohttp", "exporter.server", "exporter.serve", "exporter.sources.tailer", "exporter.sim")
+
+
+def generate(events: int, workloads: int, seed: int) -> list[Path]:
+    """Simulator JSONL logs of at least `events` lines in total, one file per workload; cached in
+    bench/out because generating costs more than replaying."""
+    d = OUT / f"replay-seed{seed}-w{workloads}-n{events}"
+    done = d / "COMPLETE"
+    if not done.exists():
+        d.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        cfg = SimConfig(seed=seed, workloads=workloads, arrival_rate=2.0)
+        sim = Simulator(cfg)
+        files = {wl.id: open(d / f"{wl.id}.jsonl", "wb") for wl in sim.workloads}  # noqa: SIM115
+        dumps, n, now = orjson.dumps, 0, cfg.start_ns
+
+        def write(batch: dict[str, list[dict[str, object]]]) -> int:
+            for wl, evs in batch.items():
+                files[wl].write(b"".join(dumps(e) + b"\n" for e in evs))
+            return sum(map(len, batch.values()))
+
+        while n < events:
+            now += 60 * NS
+            n += write(sim.events_until(now))
+        n += write(sim.finish(now))
+        for f in files.values():
+            f.close()
+        done.write_text(f"{n}\n")
+        print(f"generated {n:,} events in {time.perf_counter() - t:.1f} s -> {d}", flush=True)
+    return sorted(d.glob("*.jsonl"))
+
+
+def count_lines(paths: list[Path]) -> int:
+    n = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            n += sum(1 for line in f if not line.isspace())
+    return n
+
+
+def replay_once(paths: list[Path]) -> float:
+    pipeline = Pipeline()
+    return timed(lambda: apply_files(pipeline, paths, None))
+
+
+def floor_once(paths: list[Path]) -> float:
+    """The same files, opened the same way, line by line: decode and validate, nothing else."""
+
+    def run() -> None:
+        loads, valid = orjson.loads, is_valid_event
+        for p in paths:
+            with open(p, "rb") as f:
+                for line in f:
+                    valid(loads(line))
+
+    return timed(run)
+
+
+def run_cmd(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=child_env())
+    return time.perf_counter() - t
+
+
+def entry_point() -> tuple[str, list[str]]:
+    """`zaroz-exporter` when installed, else exactly what its console script runs."""
+    exe = shutil.which("zaroz-exporter")
+    if exe:
+        return "zaroz-exporter", [exe]
+    code = "import sys; from exporter.cli import main; sys.exit(main())"
+    return "zaroz-exporter (not installed: console-script equivalent)", [sys.executable, "-c", code]
+
+
+def import_breakdown(cmd: list[str]) -> tuple[list[tuple[int, str]], list[str]]:
+    """Top-level imports by cumulative µs (python -X importtime), and heavy modules loaded."""
+    env = child_env() | {"PYTHONPROFILEIMPORTTIME": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    top, seen = [], set()
+    for line in res.stderr.splitlines():
+        if not line.startswith("import time:") or "[us]" in line:
+            continue
+        _, cum, name = (x.strip() for x in line[len("import time:") :].split("|"))
+        seen.add(name.strip())
+        if not name.startswith(" "):
+            top.append((int(cum), name.strip()))
+    heavy = sorted(m for m in seen if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    return sorted(top, reverse=True), heavy
+
+
+def profile_replay(paths: list[Path], top: int = 10) -> None:
+    pipeline = Pipeline()
+    prof = cProfile.Profile()
+    prof.runcall(apply_files, pipeline, paths, None)
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    lines = buf.getvalue().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls"))
+    print(f"\ncProfile of one replay, top {top} by tottime (profiling inflates Python calls):")
+    print("\n".join(ln for ln in lines[start - 2 :] if ln.strip()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=300_000, help="events in the log (all files)")
+    ap.add_argument("--workloads", type=int, default=3, help="workloads (one file each)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds; best is reported")
+    ap.add_argument("--startup-repeat", type=int, default=10, help="rounds of the start-up check")
+    ap.add_argument("--profile", action="store_true", help="also print a cProfile top 10")
+    args = ap.parse_args(argv)
+
+    header("replay")
+    paths = generate(args.events, args.workloads, args.seed)
+    lines = count_lines(paths)
+    size = sum(p.stat().st_size for p in paths)
+    print(f"log: {lines:,} lines, {size / 2**20:,.1f} MiB in {len(paths)} files; "
+          f"best of {args.repeat}, interleaved", flush=True)
+    floor_once(paths)  # page cache and validator warm-up
+    cli = [sys.executable, "-m", "exporter.cli", "replay", *map(str, paths)]
+    cases: dict[str, Callable[[], float]] = {
+        "replay (apply_files)": lambda: replay_once(paths),
+        "floor (loads + is_valid_event)": lambda: floor_once(paths),
+        "CLI `python -m exporter.cli replay`": lambda: run_cmd(cli),
+    }
+    times = interleaved(cases, args.repeat)
+    floor = min(times["floor (loads + is_valid_event)"])
+    rows = [["measure", "best time (median, max)", "events/s", "time / floor"]]
+    for name, ts in times.items():
+        rows.append([name, spread(ts), f"{lines / min(ts):,.0f}", f"{min(ts) / floor:.2f}"])
+    print(table(rows))
+    ratio = min(times["replay (apply_files)"]) / floor
+    verdict = "OK" if ratio <= TARGET_RATIO else "ABOVE TARGET"
+    print(f"replay / floor = {ratio:.2f} (target <= {TARGET_RATIO:g}): {verdict}\n", flush=True)
+
+    empty = OUT / "empty.jsonl"
+    empty.write_bytes(b"")
+    label, exe = entry_point()
+    starts: dict[str, Callable[[], float]] = {
+        "python -c pass": lambda: run_cmd([sys.executable, "-c", "pass"]),
+        f"{label} replay EMPTY": lambda: run_cmd([*exe, "replay", str(empty)]),
+    }
+    st = interleaved(starts, args.startup_repeat)
+    base = min(st["python -c pass"])
+    rows = [["start-up", "best time (median, max)", "minus python -c pass"]]
+    for name, ts in st.items():
+        rows.append([name, spread(ts), f"{(min(ts) - base) * 1e3:+,.1f} ms"])
+    print(table(rows))
+    top, heavy = import_breakdown([*exe, "replay", str(empty)])
+    print("slowest top-level imports (cumulative): "
+          + ", ".join(f"{name} {us / 1e3:.1f} ms" for us, name in top[:6]))
+    print("heavy modules imported by replay: " + (", ".join(heavy) if heavy else "none"))
+
+    if args.profile or ratio > TARGET_RATIO:
+        profile_replay(paths)
+
+
+if __name__ == "__main__":
+    main()

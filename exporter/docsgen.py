@@ -1,0 +1,126 @@
+"""Writes the metric reference (README section and docs/metrics.md) from the catalog.
+
+`python -m exporter.docsgen` regenerates both; a test fails when either is stale.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from exporter import catalog
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- metrics:start -->", "<!-- metrics:end -->"
+CONFIG_START, CONFIG_END = "<!-- config:start -->", "<!-- config:end -->"
+GROUPS = {
+    "lifecycle": "Unit lifecycle (event clock)",
+    "events": "Applying the event log",
+    "route": "Events route tailer",
+    "exporter": "The exporter itself",
+}
+
+INTERPRETATIONS = """\
+## How the lifecycle is measured
+
+The definitions in the platform's `measurements.md` are fixed. Where it is silent, the exporter
+does this:
+
+- Events of a workload are applied in `seq` order whatever order they arrive in; a seq already
+  applied (or already waiting) is a duplicate. Seqs skipped are waited for and then given up as a
+  gap (`zaroz_events_gaps_total` counts runs, `zaroz_events_missing_total` seqs): by the tailer as
+  soon as a page skips them (the route is authoritative), at the end of input by `replay`.
+- An event failing `event.schema.json` (formats asserted) uses up its seq, applies nothing and is
+  counted in `zaroz_events_invalid_total{reason="schema"}`; a line that is not JSON counts with
+  `reason="json"`.
+- Readiness and startups are measured only for units whose `unit.created` was seen; readiness
+  once per unit (a restarted incarnation does not add a sample).
+- A drain is measured from its first `unit.draining`; a repeated `unit.draining` before the drain
+  ends neither restarts it nor adds a sample, and the reason is the first one's.
+- A delivery or undelivery with no allocation pending changes nothing. A delivery whose
+  interval is negative still counts as `delivered` but adds no ack sample (clock skew).
+- Failure and destroy reasons are free text: the first 20 distinct reasons per workload keep
+  their value, later ones are `other`. Exit codes keep the common values
+  (0, 1, 2, 126, 127, 130, 134, 137, 139, 143); others are `other`.
+- Unit state is dropped at `unit.destroyed`, or after `--unit-idle-timeout` without an event.
+"""
+
+
+def table(metrics: tuple[catalog.Metric, ...] = catalog.METRICS) -> str:
+    out = []
+    for group, title in GROUPS.items():
+        rows = [m for m in metrics if m.group == group]
+        if not rows:
+            continue
+        out.append(f"### {title}\n\n| metric | type | labels | meaning |\n|---|---|---|---|")
+        for m in rows:
+            labels = ", ".join(f"`{label}`" for label in m.labels) or "-"
+            kind = "gauge (info)" if m.kind is catalog.Kind.INFO else m.kind.value
+            help_ = m.help.replace("|", "\\|")
+            if m.buckets:
+                help_ += " Buckets: " + ", ".join(f"{b:g}" for b in m.buckets) + "."
+            out.append(f"| `{m.name}` | {kind} | {labels} | {help_} |")
+        out.append("")
+    missing = [m.name for m in metrics if m.group not in GROUPS]
+    if missing:
+        raise ValueError(f"metrics without a documented group: {missing}")
+    return "\n".join(out)
+
+
+def metrics_doc() -> str:
+    return (
+        "# Metric reference\n\n"
+        "Generated from `exporter/catalog.py` by `python -m exporter.docsgen`; do not edit.\n\n"
+        f"{INTERPRETATIONS}\n## Metrics\n\n{table()}"
+    )
+
+
+def configuration() -> str:
+    """Every command's flags with their environment variables and defaults, from the parser."""
+    from unittest import mock
+
+    from exporter.cli import ENV_PREFIX, build_parser
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    with mock.patch.dict(os.environ, clean, clear=True):
+        parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    out = []
+    for name, p in sub.choices.items():  # type: ignore[union-attr]
+        out.append(f"#### `zaroz-exporter {name}`\n\n| flag | environment | default | meaning |"
+                   "\n|---|---|---|---|")
+        for a in p._actions:
+            if not a.option_strings or a.dest == "help":
+                continue
+            text, _, env = (a.help or "").partition(" [env ")
+            text, env = text.replace("|", "\\|"), env.rstrip("]")
+            default = "" if a.default in (None, [], False) else f"`{a.default}`"
+            out.append(f"| `{a.option_strings[-1]}` | `{env}` | {default} | {text} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _between(text: str, start: str, end: str, body: str) -> str:
+    head, sep, rest = text.partition(start)
+    _, sep2, tail = rest.partition(end)
+    if not sep or not sep2:
+        raise ValueError(f"README.md lacks the {start} ... {end} markers")
+    return f"{head}{start}\n{body}{end}{tail}"
+
+
+def readme_with_table(readme: str) -> str:
+    readme = _between(readme, START, END, table())
+    return _between(readme, CONFIG_START, CONFIG_END, configuration())
+
+
+def main() -> int:
+    (ROOT / "docs").mkdir(exist_ok=True)
+    (ROOT / "docs" / "metrics.md").write_text(metrics_doc())
+    readme = ROOT / "README.md"
+    readme.write_text(readme_with_table(readme.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The platform's events route (platform.md 2a): the only module that knows its HTTP shape.
+
+The contract names the route but not its shape, so every detail of the assumed one (paths, query
+parameters, bodies, status codes) lives here; following the platform's real route later means
+changing this module only. Callers get decoded pages or exceptions that say what to do next, each
+with a short bounded `result` label for `zaroz_route_requests_total`.
+
+Events are returned as decoded JSON and not validated: the lifecycle model validates them and
+counts the invalid ones, so one bad event never hides the rest of its page.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from exporter.sources.token import TokenError, TokenFile
+
+# Status codes the route is expected to answer with keep their number as the result label; any
+# other keeps only its class ("4xx", "5xx"), so the label stays bounded whatever a proxy sends.
+_KNOWN_STATUS = frozenset({200, 400, 401, 403, 404, 408, 410, 429, 500, 502, 503, 504})
+
+
+def status_result(status: int) -> str:
+    if status in _KNOWN_STATUS:
+        return str(status)
+    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    id: str
+    slug: str
+
+
+@dataclass(frozen=True)
+class Page:
+    events: list[Any]
+    head_seq: int
+    result: str = "200"
+
+
+class RouteError(Exception):
+    """A request that gave no page; `result` is its label value."""
+
+    result: str = "error"
+
+
+class CursorExpired(RouteError):
+    """410: events after the cursor are gone; the log now starts at `oldest_seq`."""
+
+    result = "410"
+
+    def __init__(self, oldest_seq: int) -> None:
+        super().__init__(f"cursor expired, oldest retained seq is {oldest_seq}")
+        self.oldest_seq = oldest_seq
+
+
+class RetryLater(RouteError):
+    """408, 429, 503 and other 5xx: try again, not before `retry_after` seconds when given."""
+
+    def __init__(self, status: int, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}, retry after {retry_after}")
+        self.status = status
+        self.retry_after = retry_after
+        self.result = status_result(status)
+
+
+class UnknownWorkload(RouteError):
+    """404: the route does not know the workload (yet, or any more)."""
+
+    result = "404"
+
+
+class BadRequest(RouteError):
+    """400 or another 4xx: the request is wrong; retrying it unchanged will not help soon."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.result = status_result(status)
+
+
+class Unauthorized(RouteError):
+    """401 or 403: the token is missing, wrong or expired."""
+
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(f"HTTP {status} {message}".rstrip())
+        self.status = status
+        self.result = status_result(status)
+
+
+class TokenUnavailable(RouteError):
+    """The configured token file gave no token; the request was not sent."""
+
+    result = "token"
+
+
+class TransportError(RouteError):
+    """No usable answer: `kind` is timeout, connection, truncated or invalid_body."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.result = kind
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds from now: delta-seconds or an HTTP-date; None when absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive parse means no zone was given
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _error_fields(body: Any) -> tuple[str, str]:
+    err = body.get("error") if type(body) is dict else None
+    if type(err) is dict:
+        code, msg = err.get("code"), err.get("message")
+        return (code if type(code) is str else "", msg if type(msg) is str else "")
+    return ("", "")
+
+
+class RouteClient:
+    """Requests to the events route over a shared aiohttp session.
+
+    The session is the caller's: its connector limit must allow one long poll per tailed workload
+    at once (aiohttp's default total limit is 100 connections).
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        token: TokenFile | None = None,
+        timeout_margin: float = 10.0,
+    ) -> None:
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_margin = timeout_margin
+
+    async def workloads(self, timeout: float = 30.0) -> list[WorkloadRef]:
+        """GET /v1/workloads: every workload the route serves."""
+        status, headers, body = await self._get(f"{self.base_url}/v1/workloads", None, timeout)
+        if status != 200:
+            self._raise_for(status, headers, body)
+        items = body.get("workloads") if type(body) is dict else None
+        if type(items) is not list:
+            raise TransportError("invalid_body", "no workloads list")
+        out = []
+        for it in items:
+            wid = it.get("id") if type(it) is dict else None
+            if type(wid) is not str or not wid:
+                raise TransportError("invalid_body", "workload without an id")
+            slug = it.get("slug")
+            out.append(WorkloadRef(wid, slug if type(slug) is str else wid))
+        return out
+
+    async def events(self, workload: str, after: int, limit: int, wait: float) -> Page:
+        """GET /v1/workloads/{workload}/events: up to `limit` events after seq `after`.
+
+        The server holds the request up to `wait` seconds when nothing is newer than `after`.
+        """
+        url = f"{self.base_url}/v1/workloads/{quote(workload, safe='')}/events"
+        wait_s = math.ceil(wait)  # the route takes whole seconds
+        params = {"after": str(after), "limit": str(limit), "wait": str(wait_s)}
+        status, headers, body = await self._get(url, params, wait_s + self.timeout_margin)
+        if status != 200:
+            self._raise_for(status, headers, body)
+        if type(body) is not dict:
+            raise TransportError("invalid_body", "page is not an object")
+        events, head = body.get("events"), body.get("head_seq")
+        if type(events) is not list or type(head) is not int:
+            raise TransportError("invalid_body", "page without events list or integer head_seq")
+        return Page(events, head)
+
+    async def _get(
+        self, url: str, params: dict[str, str] | None, timeout: float
+    ) -> tuple[int, Any, Any]:
+        headers = {"Accept": "application/json"}
+        if self.token is not None:
+            try:
+                headers["Authorization"] = "Bearer " + self.token.get()
+            except TokenError as e:
+                raise TokenUnavailable(str(e)) from e
+        try:
+            async with self.session.get(
+                url,
+                params=params,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=False,
+            ) as resp:
+                raw = await resp.read()
+                status, resp_headers = resp.status, resp.headers
+        except TimeoutError as e:
+            raise TransportError("timeout", f"no complete answer within {timeout:g}s") from e
+        except aiohttp.ClientPayloadError as e:
+            raise TransportError("truncated", str(e)) from e
+        except aiohttp.ClientError as e:
+            raise TransportError("connection", f"{e.__class__.__name__}: {e}") from e
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError as e:
+            if status == 200:
+                raise TransportError("invalid_body", "not JSON") from e
+            body = None  # an error page from a proxy: the status says enough
+        return status, resp_headers, body
+
+    @staticmethod
+    def _raise_for(status: int, headers: Any, body: Any) -> None:
+        code, message = _error_fields(body)
+        if status == 410:
+            oldest = body.get("oldest_seq") if type(body) is dict else None
+            if type(oldest) is not int or oldest < 1:
+                raise TransportError("invalid_body", "410 without an integer oldest_seq")
+            raise CursorExpired(oldest)
+        if status in (408, 429) or status >= 500:
+            raise RetryLater(status, parse_retry_after(headers.get("Retry-After")))
+        if status == 404:
+            raise UnknownWorkload(message or code or "unknown workload")
+        if status in (401, 403):
+            raise Unauthorized(status, message)
+        raise BadRequest(status, code or f"http_{status}", message)
+

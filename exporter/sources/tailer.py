@@ -1,0 +1,387 @@
+"""Tailing each workload's event log from the events route, one asyncio task per workload.
+
+The cursor is always the model's `applied_through`: the tailer keeps no position of its own, so
+whatever the model applied, counted invalid or gave up is never asked for again, and whatever it
+did not is. Wall-clock reads (last success time) happen here, never in the model.
+
+Nothing but cancellation ends a tailer: every error is counted, logged (rate-limited) and retried
+after a pause, because a route that is down, a token being fixed or a workload not created yet
+all heal on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from exporter.model.workload import WorkloadLog
+from exporter.pipeline import Pipeline
+from exporter.sinks.metrics.route import RouteMetrics
+from exporter.sources.backoff import Backoff
+from exporter.sources.route import (
+    BadRequest,
+    CursorExpired,
+    RetryLater,
+    RouteClient,
+    RouteError,
+    TokenUnavailable,
+    TransportError,
+    Unauthorized,
+    UnknownWorkload,
+)
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[Any]]
+# Errors a person has to fix (or that wait for the platform): retried, but never fast.
+_NEEDS_ATTENTION = (UnknownWorkload, BadRequest, Unauthorized, TokenUnavailable)
+
+
+def _page_seqs(events: Iterable[Any]) -> list[int]:
+    """Integer seqs on a page, as the model reads them (bools and seq < 1 are no seq)."""
+    out = []
+    for ev in events:
+        s = ev.get("seq") if type(ev) is dict else None
+        if type(s) is int and s >= 1:
+            out.append(s)
+    return out
+
+
+class _Complaints:
+    """Logs a failing streak on its first error, on a change of error, then at most every
+    `interval` seconds (with the count), and once when it ends: no line per failed poll."""
+
+    def __init__(self, workload: str, interval: float) -> None:
+        self.workload = workload
+        self.interval = interval
+        self.result: str | None = None
+        self.count = 0
+        self.last_log = 0.0
+
+    def failed(self, level: int, result: str, msg: str, delay: float, **fields: Any) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if result != self.result or now - self.last_log >= self.interval:
+            extra = {"result": result, "failures": self.count, "retry_in": round(delay, 3),
+                     **fields}
+            if self.workload:
+                extra["workload"] = self.workload
+            log.log(level, msg, extra=extra)
+            self.last_log = now
+        self.result = result
+
+    def recovered(self, **fields: Any) -> None:
+        if self.count:
+            log.info("events route recovered", extra={
+                "workload": self.workload, "failures": self.count, "last_result": self.result,
+                **fields})
+        self.result = None
+        self.count = 0
+
+
+class Tailer:
+    """Long-polls one workload's events into its WorkloadLog."""
+
+    def __init__(
+        self,
+        client: RouteClient,
+        workload: str,
+        log: WorkloadLog,
+        metrics: RouteMetrics,
+        *,
+        limit: int = 1000,
+        wait: float = 30,
+        backoff: Backoff | None = None,
+        attention_delay: float = 30.0,
+        idle_delay: float = 1.0,
+        log_interval: float = 60.0,
+        sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.workload = workload
+        self.log = log
+        self.metrics = metrics
+        self.limit = limit
+        self.wait = wait
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.attention_delay = attention_delay  # least pause after a 4xx or a token problem
+        self.idle_delay = idle_delay  # pause after an empty page that came back early
+        self.sleep = sleep
+        self.clock = clock
+        self.head_seq: int | None = None
+        self.caught_up = False
+        self.last_success: float | None = None
+        self.results: Counter[str] = Counter()
+        self._complaints = _Complaints(workload, log_interval)
+        self._warned_behind = False
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self.metrics.start(self.workload)
+            self.metrics.caught_up(self.workload, self.caught_up)
+            self._task = asyncio.create_task(self.run(), name=f"tail:{self.workload}")
+        return self._task
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> None:
+        log.info("tailing workload", extra={
+            "workload": self.workload, "cursor": self.log.applied_through})
+        while True:
+            try:
+                delay = await self.poll()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                delay = self.backoff.next()
+                log.exception("tailer error, retrying", extra={
+                    "workload": self.workload, "cursor": self.log.applied_through,
+                    "retry_in": round(delay, 3)})
+            if delay > 0:
+                await self.sleep(delay)
+
+    # -- one request -------------------------------------------------------------------------
+
+    async def poll(self) -> float:
+        """One request and its effects; returns the pause before the next one."""
+        w = self.workload
+        after = self.log.applied_through
+        # Until caught up, ask without waiting: a log with nothing after the cursor then answers at
+        # once, so readiness does not lag a whole long poll behind at startup.
+        wait = self.wait if self.caught_up else 0
+        started = time.monotonic()
+        try:
+            page = await self.client.events(w, after, self.limit, wait)
+        except CursorExpired as e:
+            self._count(e.result)
+            return self._expired(after, e.oldest_seq)
+        except RetryLater as e:
+            self._count(e.result)
+            delay = self.backoff.next(retry_after=e.retry_after)
+            self._complaints.failed(logging.WARNING, e.result, "events route asks to retry later",
+                                    delay, cursor=after, retry_after=e.retry_after)
+            return delay
+        except TransportError as e:
+            self._count(e.result)
+            delay = self.backoff.next()
+            self._complaints.failed(logging.WARNING, e.result, "events route request failed",
+                                    delay, cursor=after, error=str(e))
+            return delay
+        except _NEEDS_ATTENTION as e:
+            self._count(e.result)
+            delay = self.backoff.next(floor=self.attention_delay)
+            self._complaints.failed(logging.ERROR, e.result, _attention_message(e), delay,
+                                    cursor=after, error=str(e))
+            return delay
+        except RouteError as e:  # a kind added to the adapter later: still counted and retried
+            self._count(e.result)
+            delay = self.backoff.next()
+            self._complaints.failed(logging.WARNING, e.result, "events route request failed",
+                                    delay, cursor=after, error=str(e))
+            return delay
+        self._count(page.result)
+        early = time.monotonic() - started < wait / 2
+        return self._apply(after, page.events, page.head_seq, early)
+
+    def _count(self, result: str) -> None:
+        self.results[result] += 1
+        self.metrics.request(self.workload, result)
+
+    def _succeeded(self, healthy: bool = True) -> None:
+        self.last_success = self.clock()
+        self.metrics.success(self.workload, self.last_success)
+        if healthy:
+            self.backoff.reset()
+            self._complaints.recovered(cursor=self.log.applied_through)
+
+    def _apply(self, after: int, events: list[Any], head: int, early: bool) -> float:
+        w, wl = self.workload, self.log
+        self._succeeded(healthy=bool(events) or head <= after)
+        self.head_seq = head
+        self.metrics.head(w, head)
+        for obj in events:
+            wl.offer(obj)
+        seqs = _page_seqs(events)
+        if seqs:
+            # Whatever the page skipped (or did not start with) is lost upstream: the model counts
+            # the gap and applies what waited behind it, so the cursor moves past the page.
+            wl.give_up(max(seqs))
+            if seqs[0] != after + 1 or len(seqs) != seqs[-1] - seqs[0] + 1:
+                log.warning("events route page skipped seqs", extra={
+                    "workload": w, "cursor": after, "first_seq": seqs[0], "last_seq": max(seqs),
+                    "events": len(events)})
+        if wl.applied_through >= head and not self.caught_up:
+            self.caught_up = True
+            self.metrics.caught_up(w, True)
+            log.info("caught up with the events route", extra={
+                "workload": w, "cursor": wl.applied_through, "head_seq": head})
+        if head < after and not self._warned_behind:
+            # The model's seqs only grow: a log that restarted from 1 is not followed (yet).
+            self._warned_behind = True
+            log.warning("events route head is behind the cursor; was the log reset?", extra={
+                "workload": w, "cursor": after, "head_seq": head})
+        if events:
+            return 0.0
+        if head > after:
+            # The log holds newer events but the page is empty: the route misbehaves. Retrying at
+            # once would spin; the stall shows as head_seq ahead of the applied seq.
+            delay = self.backoff.next()
+            self._complaints.failed(logging.WARNING, "empty_page", "events route returned an "
+                                    "empty page behind its head", delay, cursor=after,
+                                    head_seq=head)
+            return delay
+        # Nothing new. A long poll that came back early (a route ignoring `wait`) would spin.
+        return self.idle_delay if early else 0.0
+
+    def _expired(self, after: int, oldest_seq: int) -> float:
+        w = self.workload
+        self.metrics.cursor_expired(w)
+        if oldest_seq - 1 > after:
+            self._succeeded()
+            self.log.give_up(oldest_seq - 1)
+            log.warning("events route cursor expired, events lost", extra={
+                "workload": w, "cursor": after, "oldest_seq": oldest_seq,
+                "missing": oldest_seq - 1 - after})
+            return 0.0
+        # 410 although the cursor is inside what the route retains: retrying at once would spin.
+        delay = self.backoff.next()
+        self._complaints.failed(logging.WARNING, "410", "events route expired a retained cursor",
+                                delay, cursor=after, oldest_seq=oldest_seq)
+        return delay
+
+
+def _attention_message(e: RouteError) -> str:
+    if isinstance(e, UnknownWorkload):
+        return "events route does not know the workload"
+    if isinstance(e, Unauthorized):
+        return "events route refused the token"
+    if isinstance(e, TokenUnavailable):
+        return "no token to send: check the token file"
+    return "events route rejected the request"
+
+
+class TailSupervisor:
+    """Runs one Tailer per workload: the given ones, or those the route lists (re-listed every
+    `discovery_interval` seconds, starting and stopping tailers to match)."""
+
+    def __init__(
+        self,
+        client: RouteClient,
+        pipeline: Pipeline,
+        metrics: RouteMetrics,
+        workloads: list[str] | None = None,
+        discovery_interval: float = 60.0,
+        *,
+        backoff_factory: Callable[[], Backoff] = Backoff,
+        log_interval: float = 60.0,
+        **tailer_options: Any,
+    ) -> None:
+        self.client = client
+        self.pipeline = pipeline
+        self.metrics = metrics
+        self.fixed = list(dict.fromkeys(workloads)) if workloads else None
+        self.discovery_interval = discovery_interval
+        self.backoff_factory = backoff_factory
+        self.tailer_options = tailer_options
+        self.tailers: dict[str, Tailer] = {}
+        self.discovered = False  # a workload list is known: given (at start) or listed once
+        self._discovery_task: asyncio.Task[None] | None = None
+        self._complaints = _Complaints("", log_interval)
+
+    async def start(self) -> None:
+        if self.fixed is not None:
+            self.discovered = True
+            await self._sync(self.fixed)
+        elif self._discovery_task is None:
+            self._discovery_task = asyncio.create_task(self._discover_loop(), name="tail:discovery")
+
+    async def stop(self) -> None:
+        task, self._discovery_task = self._discovery_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        tailers = list(self.tailers.values())
+        self.tailers.clear()
+        await asyncio.gather(*(t.stop() for t in tailers))
+
+    def ready(self) -> bool:
+        """Discovery succeeded once (or workloads were given) and every tailer caught up."""
+        return self.discovered and all(t.caught_up for t in self.tailers.values())
+
+    def readiness(self) -> tuple[bool, str]:
+        """For the server's /readyz: the verdict and why."""
+        if not self.discovered:
+            if self.fixed is not None:
+                return False, "tailers not started"
+            return False, "workload discovery has not succeeded yet"
+        behind = sorted(w for w, t in self.tailers.items() if not t.caught_up)
+        if behind:
+            return False, f"{len(behind)} of {len(self.tailers)} workloads not caught up: " + (
+                ", ".join(behind[:5]) + (", ..." if len(behind) > 5 else ""))
+        return True, f"{len(self.tailers)} workloads caught up"
+
+    async def discover_once(self) -> bool:
+        """List the route's workloads and match the tailers to them; False when listing failed."""
+        try:
+            refs = await self.client.workloads()
+        except RouteError as e:
+            self.metrics.discovery("error")
+            self._complaints.failed(logging.WARNING, e.result, "workload discovery failed",
+                                    0.0, error=str(e))
+            return False
+        self.metrics.discovery("ok")
+        self._complaints.recovered()
+        self.discovered = True
+        await self._sync([r.id for r in refs])
+        return True
+
+    async def _discover_loop(self) -> None:
+        backoff = self.backoff_factory()
+        while True:
+            try:
+                ok = await self.discover_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.metrics.discovery("error")
+                log.exception("workload discovery error")
+                ok = False
+            if ok:
+                backoff.reset()
+                delay = self.discovery_interval
+            else:
+                delay = min(self.discovery_interval, backoff.next())
+            await asyncio.sleep(delay)
+
+    async def _sync(self, wanted: list[str]) -> None:
+        want = set(wanted)
+        gone = [self.tailers.pop(w) for w in list(self.tailers) if w not in want]
+        for w in wanted:
+            if w not in self.tailers:
+                t = self.tailers[w] = Tailer(
+                    self.client, w, self.pipeline.workload(w), self.metrics,
+                    backoff=self.backoff_factory(), **self.tailer_options,
+                )
+                t.start()
+        self.metrics.workloads(len(self.tailers))
+        for t in gone:
+            # Stopping drops nothing: the WorkloadLog stays in the pipeline with its cursor, so a
+            # workload that comes back resumes where it left off.
+            await t.stop()
+            self.metrics.forget(t.workload)
+            log.info("workload left the route, tailer stopped", extra={"workload": t.workload})
