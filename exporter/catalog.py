@@ -26,6 +26,8 @@ class Metric:
     buckets: tuple[float, ...] = ()
     unit: str = ""
     group: str = ""
+    # One series per Kubernetes object: kept as bare pre-rendered lines (see sinks.metrics.table).
+    per_object: bool = False
 
     @property
     def family(self) -> str:
@@ -75,6 +77,20 @@ OTHER = "other"
 EXIT_CODES = ("0", "1", "2", "126", "127", "130", "134", "137", "139", "143")
 
 _W = ("workload",)
+_US = ("namespace", "unitsignal", "workload")
+PHASES = ("starting", "ready", "allocated", "draining")
+VIOLATION_RULES = (
+    "spec_schema",
+    "status_schema",
+    "observed_generation_regressed",
+    "observed_generation_ahead",
+    "unknown_allocation_ack",
+    "agent_restart",
+)
+
+# Kubernetes list/watch: bounded label values.
+KUBE_RELIST_REASONS = ("initial", "expired", "error")
+KUBE_WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "unknown")
 
 METRICS: tuple[Metric, ...] = (
     # Headline measurements (event clock), names fixed by measurements.md.
@@ -216,6 +232,157 @@ METRICS: tuple[Metric, ...] = (
         "zaroz_route_discovery_total", Kind.COUNTER,
         "Workload list requests by result (ok or error).",
         ("result",), group="route",
+    ),
+    # UnitSignals (cluster state, exporter clock). Per-UnitSignal series carry _US labels.
+    Metric(
+        "zaroz_unitsignal_generation_lag", Kind.GAUGE,
+        "spec.generation - status.observedGeneration (0 when caught up; a missing status "
+        "counts as observedGeneration 0).",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_generation_lag_seconds", Kind.GAUGE,
+        "How long the oldest generation not yet observed has waited (0 when caught up).",
+        _US, unit="seconds", group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_generation_observe_seconds", Kind.HISTOGRAM,
+        "Time from a generation appearing (watch, or the spec's managedFields time when it "
+        "appeared before the exporter saw it) to status.observedGeneration reaching it.",
+        _W, OBSERVE_BUCKETS, "seconds", "cluster",
+    ),
+    Metric(
+        "zaroz_unitsignal_ready_seconds", Kind.HISTOGRAM,
+        "Cluster clock: metadata.creationTimestamp (API server, 1 s precision) to "
+        "status.signalledReady (agent clock), once per UnitSignal.",
+        _W, READY_BUCKETS, "seconds", "cluster",
+    ),
+    Metric(
+        "zaroz_unitsignal_allocation_ack_seconds", Kind.HISTOGRAM,
+        "Cluster clock: spec.allocation.allocatedAt (or when the exporter first saw the "
+        "allocation) to the exporter seeing status.allocationAck equal to its id.",
+        _W, ACK_BUCKETS, "seconds", "cluster",
+    ),
+    Metric(
+        "zaroz_unitsignal_info", Kind.GAUGE,
+        "One per UnitSignal: its unit id, key and agent version; always 1.",
+        (*_US, "unit_id", "key", "agent_version"), group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_labels", Kind.GAUGE,
+        "The UnitSignal's Kubernetes labels named in --unitsignal-labels-allowlist, as "
+        "label_<name>; always 1. Absent when the allowlist is empty.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_ready", Kind.GAUGE,
+        "1 when status.signalledReady is set, else 0.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_accepting", Kind.GAUGE,
+        "1 when status.accepting is true, else 0.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_activity", Kind.GAUGE,
+        "The unit's status.activity (idle, busy, or none); always 1.",
+        (*_US, "activity"), group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_draining", Kind.GAUGE,
+        "1 with the reason when spec.draining is set; 0 with reason none otherwise.",
+        (*_US, "reason"), group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_allocation_pending", Kind.GAUGE,
+        "1 when spec.allocation is set and status.allocationAck is not its id, else 0.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_status_seq", Kind.GAUGE,
+        "status.seq: monotonic per agent start.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_spec_valid", Kind.GAUGE,
+        "1 when the spec passes unit-signal-spec.schema.json, else 0.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_status_valid", Kind.GAUGE,
+        "0 when a status is present and fails unit-signal-status.schema.json, else 1.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_unitsignal_generation_stuck_invalid_spec", Kind.GAUGE,
+        "1 when a generation is waiting and the spec is invalid: the agent refuses invalid "
+        "specs, so that generation will never be observed.",
+        _US, group="cluster", per_object=True,
+    ),
+    Metric(
+        "zaroz_workload_unitsignals", Kind.GAUGE,
+        "UnitSignals by phase: starting, ready, allocated, draining.",
+        ("workload", "phase"), group="cluster",
+    ),
+    Metric(
+        "zaroz_workload_unitsignal_oldest_phase_seconds", Kind.GAUGE,
+        "How long the UnitSignal longest in each phase has been in it (0 when none).",
+        ("workload", "phase"), unit="seconds", group="cluster",
+    ),
+    Metric(
+        "zaroz_unitsignal_conformance_violations_total", Kind.COUNTER,
+        "Contract violations by rule: spec_schema, status_schema, "
+        "observed_generation_regressed, observed_generation_ahead, unknown_allocation_ack, "
+        "agent_restart (status.seq went back).",
+        ("workload", "rule"), group="cluster",
+    ),
+    Metric(
+        "zaroz_unitsignal_clock_skew_total", Kind.COUNTER,
+        "Cluster-clock intervals not observed because their end came before their start.",
+        ("workload", "measurement"), group="cluster",
+    ),
+    # Kubernetes list/watch
+    Metric(
+        "zaroz_kube_requests_total", Kind.COUNTER,
+        "LIST page and WATCH requests to the API server by verb (list, watch) and result: HTTP "
+        "status (other codes by class, e.g. 4xx), or timeout, connection, truncated, "
+        "invalid_body, credentials (none could be had; not sent). scope is the namespace, or * "
+        "for all namespaces.",
+        ("scope", "verb", "result"), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_failures_total", Kind.COUNTER,
+        "Failed LIST pages and watches by verb and reason: a refused request (its result) or a "
+        "stream that broke (timeout, connection, truncated, invalid_body, 410, or the status of "
+        "a watch ERROR event).",
+        ("scope", "verb", "reason"), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_relists_total", Kind.COUNTER,
+        "Full LISTs started, by reason: initial, expired (410: the watch's resourceVersion was "
+        "compacted), error (the watch was refused for another reason).",
+        ("scope", "reason"), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_objects", Kind.GAUGE,
+        "Objects the reflector holds (as of the last list and the watch events since).",
+        ("scope",), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_synced", Kind.GAUGE,
+        "1 once the reflector's first full LIST has completed, else 0.",
+        ("scope",), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_watch_events_total", Kind.COUNTER,
+        "Watch events received by type: ADDED, MODIFIED, DELETED, BOOKMARK, ERROR, unknown.",
+        ("scope", "type"), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_last_watch_event_timestamp_seconds", Kind.GAUGE,
+        "Unix time of the last watch event (bookmarks included) the reflector received.",
+        ("scope",), unit="seconds", group="kube",
     ),
     # The exporter itself.
     Metric(

@@ -18,6 +18,8 @@ GROUPS = {
     "lifecycle": "Unit lifecycle (event clock)",
     "events": "Applying the event log",
     "route": "Events route tailer",
+    "cluster": "UnitSignals (cluster state)",
+    "kube": "Kubernetes list/watch",
     "exporter": "The exporter itself",
 }
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from exporter import catalog
 from exporter.catalog import Kind, Metric
 from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
+from exporter.sinks.metrics.table import TableFamily
 
 
 class Family:
@@ -63,10 +64,21 @@ class Registry:
     """All families of the catalog, in catalog order."""
 
     def __init__(self, metrics: Iterable[Metric] = catalog.METRICS) -> None:
-        self.families: dict[str, Family] = {m.name: Family(m) for m in metrics}
+        self.families: dict[str, Family | TableFamily] = {
+            m.name: TableFamily(m) if m.per_object else Family(m) for m in metrics
+        }
 
     def __getitem__(self, name: str) -> Family:
-        return self.families[name]
+        return self.families[name]  # type: ignore[return-value]
+
+    def table(self, name: str) -> TableFamily:
+        fam = self.families[name]
+        if not isinstance(fam, TableFamily):
+            raise TypeError(f"{name} is not a per-object metric")
+        return fam
 
     def series_count(self) -> int:
-        return sum(len(f.series) for f in self.families.values())
+        return sum(
+            len(f) if isinstance(f, TableFamily) else len(f.series)
+            for f in self.families.values()
+        )

@@ -1,0 +1,394 @@
+"""What the exporter knows of each UnitSignal, from the objects a watch delivers.
+
+Pure: objects and the exporter's wall-clock time of each delivery (`now`, read by the source)
+go in; per-object state snapshots and observations come out. A watcher that remembers can
+measure what a snapshot exporter cannot: how long each generation waited for the agent.
+
+Where a time is taken from (documented in docs/metrics.md):
+- a generation appears when the watch first shows it; for one that was already there when the
+  exporter first saw the object (start-up, relist), the time of the spec's last write in
+  `metadata.managedFields` (the manager owning `f:spec`), which is sound because that write
+  created the current generation; clamped to `now`;
+- a generation is observed when the watch shows `status.observedGeneration` reaching it;
+- readiness is `creationTimestamp` to `status.signalledReady`, both from the object;
+- an allocation starts at `allocatedAt`, else when the watch first showed it (not measured when
+  it was already there at first sight and had no `allocatedAt`), and is acknowledged when the
+  watch shows `status.allocationAck` equal to its id (not measured when already acknowledged at
+  first sight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple, Protocol
+
+from exporter.catalog import PHASES
+from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
+from exporter.model.timestamps import parse_rfc3339_ns
+
+WORKLOAD_LABEL = "units.zaroz.cloud/workload"
+DRAIN_REASONS = frozenset(("stop", "destroy", "replace", "scale_down"))
+STATUS_FIELDS = (
+    "observedGeneration", "agentVersion", "signalledReady", "accepting", "activity",
+    "activitySince", "shutdownRequestedAt", "allocationAck", "seq",
+)
+ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-ack checks
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+class SignalState(NamedTuple):
+    """Everything exported per UnitSignal; the sink diffs two of these."""
+
+    workload: str
+    unit_id: str
+    key: str
+    agent_version: str
+    labels: tuple[tuple[str, str], ...]
+    generation_lag: int
+    pending_since: float | None
+    ready: int
+    accepting: int
+    activity: str
+    draining: str
+    allocation_pending: int
+    status_seq: int
+    spec_valid: int
+    status_valid: int
+    stuck_invalid_spec: int
+    phase: str
+    phase_since: float
+
+
+class SignalObserver(Protocol):
+    def state(self, key: Key, old: SignalState | None, new: SignalState | None) -> None: ...
+    def generation_observed(self, workload: str, seconds: float) -> None: ...
+    def ready(self, workload: str, seconds: float) -> None: ...
+    def allocation_ack(self, workload: str, seconds: float) -> None: ...
+    def violation(self, workload: str, rule: str) -> None: ...
+    def skew(self, workload: str, measurement: str) -> None: ...
+
+
+class _Tracked:
+    __slots__ = (
+        "acked", "ahead", "alloc_ids", "alloc_start", "bad_acks", "observed", "pending",
+        "ready_seen",
+        "seq", "spec_mgen", "spec_valid", "state", "status_key", "status_valid", "uid",
+    )
+
+    def __init__(self, uid: str | None) -> None:
+        self.uid = uid
+        self.state: SignalState | None = None
+        self.pending: dict[int, float] = {}  # generation -> when it appeared
+        self.observed: int | None = None
+        self.seq: int | None = None
+        self.spec_mgen: Any = None
+        self.spec_valid = 1
+        self.status_key: tuple[Any, ...] | None = None
+        self.status_valid = 1
+        self.ready_seen = False
+        self.alloc_ids: dict[str, None] = {}  # insertion-ordered, bounded
+        self.alloc_start: dict[str, float | None] = {}
+        self.acked: set[str] = set()
+        self.bad_acks: set[str] = set()
+        self.ahead = False
+
+
+def _ns(ts: Any) -> int | None:
+    if type(ts) is not str:
+        return None
+    try:
+        return parse_rfc3339_ns(ts)
+    except ValueError:
+        return None
+
+
+def _seconds(ts: Any) -> float | None:
+    ns = _ns(ts)
+    return None if ns is None else ns / 1e9
+
+
+def _spec_written_at(meta: dict[str, Any]) -> float | None:
+    """When the spec was last written, from the managedFields entry that owns `f:spec`."""
+    best = None
+    for entry in meta.get("managedFields") or ():
+        if type(entry) is not dict or entry.get("subresource"):
+            continue
+        fields = entry.get("fieldsV1")
+        if type(fields) is dict and "f:spec" in fields:
+            t = _seconds(entry.get("time"))
+            if t is not None and (best is None or t > best):
+                best = t
+    return best
+
+
+def _int(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+class UnitSignalModel:
+    def __init__(self, observer: SignalObserver, labels_allowlist: Iterable[str] = ()) -> None:
+        self.obs = observer
+        self.allowlist = tuple(labels_allowlist)
+        self.objects: dict[Key, _Tracked] = {}
+        # workload -> phase -> key -> since: the per-workload phase counts and oldest ages.
+        self.phases: dict[str, dict[str, dict[Key, float]]] = {}
+
+    # -- the source's three calls ------------------------------------------------------------
+
+    def replace(self, objects: list[dict[str, Any]], now: float) -> None:
+        """A full (re)list: upsert every object, forget those no longer there."""
+        seen: set[Key] = set()
+        for obj in objects:
+            key = self.upsert(obj, now)
+            if key is not None:
+                seen.add(key)
+        for key in [k for k in self.objects if k not in seen]:
+            self._forget(key)
+
+    def delete(self, obj: dict[str, Any], now: float) -> None:
+        key = _key_of(obj)
+        if key is not None and key in self.objects:
+            self._forget(key)
+
+    def upsert(self, obj: dict[str, Any], now: float) -> Key | None:
+        key = _key_of(obj)
+        if key is None:
+            return None
+        meta = obj["metadata"]
+        uid = meta.get("uid")
+        t = self.objects.get(key)
+        if t is not None and uid is not None and t.uid is not None and uid != t.uid:
+            self._forget(key)  # deleted and created again under the same name while away
+            t = None
+        first_sight = t is None
+        if t is None:
+            t = self.objects[key] = _Tracked(uid)
+        labels = meta.get("labels") or {}
+        workload = labels.get(WORKLOAD_LABEL) if type(labels) is dict else None
+        if type(workload) is not str or not workload:
+            workload = key[0]
+        spec = obj.get("spec")
+        spec = spec if type(spec) is dict else {}
+        status = obj.get("status")
+        status = status if type(status) is dict else None
+
+        self._validate(t, meta, obj.get("spec"), status, workload)
+
+        generation = _int(spec.get("generation"))
+        observed = _int(status.get("observedGeneration")) if status else None
+        seq = _int(status.get("seq")) if status else None
+        self._conformance(t, workload, generation, observed, seq)
+        self._generations(t, meta, workload, generation, observed, first_sight, now)
+        ready = self._readiness(t, meta, status, workload)
+        alloc_id, alloc_pending = self._allocation(t, meta, spec, status, workload,
+                                                  first_sight, now)
+
+        draining = spec.get("draining")
+        draining = draining if type(draining) is str and draining in DRAIN_REASONS else "none"
+        if draining != "none":
+            phase = "draining"
+        elif alloc_id is not None:
+            phase = "allocated"
+        elif ready:
+            phase = "ready"
+        else:
+            phase = "starting"
+        old = t.state
+        if old is not None and old.phase == phase:
+            since = old.phase_since
+        elif first_sight:
+            since = _phase_start(phase, meta, spec, status) or now
+            since = min(since, now)
+        else:
+            since = now
+
+        eff_observed = observed if observed is not None else 0
+        lag = max(0, generation - eff_observed) if generation is not None else 0
+        activity = status.get("activity") if status else None
+        state = SignalState(
+            workload=workload,
+            unit_id=_str(spec.get("unitId")),
+            key=_str(spec.get("key")),
+            agent_version=_str(status.get("agentVersion")) if status else "",
+            labels=self._allowlisted(labels),
+            generation_lag=lag,
+            pending_since=min(t.pending.values()) if t.pending and lag > 0 else None,
+            ready=1 if ready else 0,
+            accepting=1 if status and status.get("accepting") is True else 0,
+            activity=activity if activity in ("idle", "busy") else "none",
+            draining=draining,
+            allocation_pending=alloc_pending,
+            status_seq=seq or 0,
+            spec_valid=t.spec_valid,
+            status_valid=t.status_valid,
+            stuck_invalid_spec=1 if lag > 0 and not t.spec_valid else 0,
+            phase=phase,
+            phase_since=since,
+        )
+        if state != old:
+            self._index(key, old, state)
+            t.state = state
+            self.obs.state(key, old, state)
+        return key
+
+    # -- pieces of an upsert -----------------------------------------------------------------
+
+    def _validate(self, t: _Tracked, meta: dict[str, Any], spec: Any,
+                  status: dict[str, Any] | None, workload: str) -> None:
+        # The API server bumps metadata.generation on every spec change (status is a
+        # subresource), so an unchanged metadata.generation means an unchanged spec.
+        mgen = meta.get("generation")
+        if mgen is None or mgen != t.spec_mgen or t.state is None:
+            valid = 1 if is_valid_unit_signal_spec(spec) else 0
+            if not valid:
+                self.obs.violation(workload, "spec_schema")
+            t.spec_valid, t.spec_mgen = valid, mgen
+        if status is None:
+            t.status_key, t.status_valid = None, 1
+            return
+        skey = tuple(status.get(f) for f in STATUS_FIELDS)
+        if skey != t.status_key or len(status) != len(STATUS_FIELDS):
+            valid = 1 if is_valid_unit_signal_status(status) else 0
+            if not valid:
+                self.obs.violation(workload, "status_schema")
+            t.status_key, t.status_valid = skey, valid
+
+    def _conformance(self, t: _Tracked, workload: str, generation: int | None,
+                     observed: int | None, seq: int | None) -> None:
+        if observed is not None and t.observed is not None and observed < t.observed:
+            self.obs.violation(workload, "observed_generation_regressed")
+        ahead = observed is not None and generation is not None and observed > generation
+        if ahead and not t.ahead:  # counted when it starts, not on every write while it lasts
+            self.obs.violation(workload, "observed_generation_ahead")
+        t.ahead = ahead
+        if seq is not None and t.seq is not None and seq < t.seq:
+            self.obs.violation(workload, "agent_restart")
+        t.seq = seq if seq is not None else t.seq
+
+    def _generations(self, t: _Tracked, meta: dict[str, Any], workload: str,
+                     generation: int | None, observed: int | None, first_sight: bool,
+                     now: float) -> None:
+        eff = observed if observed is not None else 0
+        newest = max(t.pending) if t.pending else None
+        if generation is not None and generation > eff and (newest is None or generation > newest):
+            appeared = now
+            if first_sight:
+                written = _spec_written_at(meta)
+                if written is not None:
+                    appeared = min(written, now)
+            t.pending[generation] = appeared
+        if observed is not None:
+            for g in [g for g in t.pending if g <= observed]:
+                waited = now - t.pending.pop(g)
+                if waited < 0:
+                    self.obs.skew(workload, "generation_observe")
+                else:
+                    self.obs.generation_observed(workload, waited)
+            t.observed = observed
+        if generation is not None:
+            for g in [g for g in t.pending if g > generation]:
+                del t.pending[g]  # the spec went back: that generation will not come
+
+    def _readiness(self, t: _Tracked, meta: dict[str, Any], status: dict[str, Any] | None,
+                   workload: str) -> bool:
+        ready_at = _ns(status.get("signalledReady")) if status else None
+        if ready_at is None:
+            return bool(status and status.get("signalledReady"))
+        if not t.ready_seen:
+            t.ready_seen = True
+            created = _ns(meta.get("creationTimestamp"))
+            if created is not None:
+                if ready_at < created:
+                    self.obs.skew(workload, "ready")
+                else:
+                    self.obs.ready(workload, (ready_at - created) / 1e9)
+        return True
+
+    def _allocation(self, t: _Tracked, meta: dict[str, Any], spec: dict[str, Any],
+                    status: dict[str, Any] | None, workload: str, first_sight: bool,
+                    now: float) -> tuple[str | None, int]:
+        alloc = spec.get("allocation")
+        alloc_id = alloc.get("id") if type(alloc) is dict else None
+        alloc_id = alloc_id if type(alloc_id) is str and alloc_id else None
+        ack = status.get("allocationAck") if status else None
+        if alloc_id is not None and alloc_id not in t.alloc_ids:
+            t.alloc_ids[alloc_id] = None
+            start = _seconds(alloc.get("allocatedAt"))  # type: ignore[union-attr]
+            if start is None and not first_sight:
+                start = now
+            t.alloc_start[alloc_id] = start
+            if len(t.alloc_ids) > ALLOCATION_MEMORY:
+                oldest = next(iter(t.alloc_ids))
+                del t.alloc_ids[oldest]
+                t.alloc_start.pop(oldest, None)
+                t.acked.discard(oldest)
+        if type(ack) is str and ack:
+            if ack not in t.alloc_ids:
+                if ack not in t.bad_acks:
+                    t.bad_acks.add(ack)
+                    self.obs.violation(workload, "unknown_allocation_ack")
+            elif ack not in t.acked:
+                t.acked.add(ack)
+                start = t.alloc_start.get(ack)
+                if start is not None and not first_sight:
+                    if now < start:
+                        self.obs.skew(workload, "allocation_ack")
+                    else:
+                        self.obs.allocation_ack(workload, now - start)
+        pending = 1 if alloc_id is not None and ack != alloc_id else 0
+        return alloc_id, pending
+
+    def _allowlisted(self, labels: Any) -> tuple[tuple[str, str], ...]:
+        if not self.allowlist or type(labels) is not dict:
+            return ()
+        return tuple((n, v) for n in self.allowlist if type(v := labels.get(n)) is str)
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _index(self, key: Key, old: SignalState | None, new: SignalState | None) -> None:
+        if old is not None:
+            members = self.phases[old.workload][old.phase]
+            members.pop(key, None)
+        if new is not None:
+            by_phase = self.phases.get(new.workload)
+            if by_phase is None:
+                by_phase = self.phases[new.workload] = {p: {} for p in PHASES}
+            by_phase[new.phase][key] = new.phase_since
+
+    def _forget(self, key: Key) -> None:
+        t = self.objects.pop(key)
+        if t.state is not None:
+            self._index(key, t.state, None)
+            self.obs.state(key, t.state, None)
+
+    def workloads(self) -> Iterable[str]:
+        return self.phases.keys()
+
+
+def _str(v: Any) -> str:
+    return v if type(v) is str else ""
+
+
+def _key_of(obj: Any) -> Key | None:
+    meta = obj.get("metadata") if type(obj) is dict else None
+    if type(meta) is not dict:
+        return None
+    ns, name = meta.get("namespace"), meta.get("name")
+    if type(ns) is not str or type(name) is not str:
+        return None
+    return (ns, name)
+
+
+def _phase_start(phase: str, meta: dict[str, Any], spec: dict[str, Any],
+                 status: dict[str, Any] | None) -> float | None:
+    """On first sight, when the object entered its phase, from its own timestamps."""
+    if phase == "starting":
+        return _seconds(meta.get("creationTimestamp"))
+    if phase == "ready":
+        return _seconds(status.get("signalledReady")) if status else None
+    if phase == "allocated":
+        alloc = spec.get("allocation")
+        return _seconds(alloc.get("allocatedAt")) if type(alloc) is dict else None
+    return _seconds(status.get("shutdownRequestedAt")) if status else None
+

@@ -1,0 +1,248 @@
+"""UnitSignal measurements and state, through the model and the metrics sink."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.cluster import build_cluster
+from exporter.model.observations import Recorder
+from exporter.model.unitsignals import UnitSignalModel
+from exporter.sinks.metrics.exposition import render_bytes
+from exporter.sinks.metrics.family import Registry
+from tests.unitsignals import T0, iso, status, unitsignal
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(allowlist=()):
+    clock = Clock()
+    reg = Registry()
+    model, _ = build_cluster(reg, allowlist, clock)
+    return model, reg, clock
+
+
+def samples(reg: Registry) -> dict:
+    out = {}
+    text = render_bytes(reg).decode()
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def per(name: str, obj="u1", ns="team-a", wl="wl-1", **extra) -> tuple:
+    return (name, frozenset({"namespace": ns, "unitsignal": obj, "workload": wl, **extra}.items()))
+
+
+def test_generation_lag_over_a_known_timeline():
+    model, reg, clock = setup()
+    model.upsert(unitsignal(generation=1, status_=status(observedGeneration=1)), T0)
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_generation_lag")] == 0
+    assert s[per("zaroz_unitsignal_generation_lag_seconds")] == 0
+    # Generation 2 and 3 appear; the agent is still on 1.
+    model.upsert(unitsignal(generation=2, status_=status(observedGeneration=1)), T0 + 10)
+    model.upsert(unitsignal(generation=3, status_=status(observedGeneration=1)), T0 + 15)
+    clock.now = T0 + 40
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_generation_lag")] == 2
+    assert s[per("zaroz_unitsignal_generation_lag_seconds")] == 30  # oldest waiting: gen 2
+    clock.now = T0 + 50
+    assert samples(reg)[per("zaroz_unitsignal_generation_lag_seconds")] == 40
+    # The agent reaches 2: gen 3 is now the oldest waiting.
+    model.upsert(unitsignal(generation=3, status_=status(observedGeneration=2)), T0 + 52)
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_generation_lag")] == 1
+    assert s[per("zaroz_unitsignal_generation_lag_seconds")] == 35
+    model.upsert(unitsignal(generation=3, status_=status(observedGeneration=3)), T0 + 60)
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_generation_lag")] == 0
+    assert s[per("zaroz_unitsignal_generation_lag_seconds")] == 0
+    wl = frozenset({("workload", "wl-1")})
+    assert s[("zaroz_unitsignal_generation_observe_seconds_count", wl)] == 2
+    assert s[("zaroz_unitsignal_generation_observe_seconds_sum", wl)] == pytest.approx(42 + 45)
+
+
+def test_generation_waiting_at_first_sight_starts_at_the_spec_write():
+    model, reg, _ = setup()
+    obj = unitsignal(generation=4, status_=status(observedGeneration=3), spec_written=T0 - 120)
+    model.replace([obj], T0)
+    assert samples(reg)[per("zaroz_unitsignal_generation_lag_seconds")] == 120
+    model.upsert(unitsignal(generation=4, status_=status(observedGeneration=4)), T0 + 5)
+    s = samples(reg)
+    assert s[("zaroz_unitsignal_generation_observe_seconds_sum",
+              frozenset({("workload", "wl-1")}))] == 125
+
+
+def test_missing_status_counts_as_nothing_observed():
+    model, reg, clock = setup()
+    model.upsert(unitsignal(generation=2, created=T0), T0 + 1)
+    clock.now = T0 + 11
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_generation_lag")] == 2
+    assert s[per("zaroz_unitsignal_generation_lag_seconds")] == 10
+    assert s[per("zaroz_unitsignal_status_valid")] == 1
+
+
+def test_invalid_spec_is_reported_and_its_generation_marked_stuck():
+    model, reg, _ = setup()
+    model.upsert(unitsignal(generation=1, status_=status(observedGeneration=1)), T0)
+    bad = unitsignal(generation=2, status_=status(observedGeneration=1), key="Not A Key!")
+    bad["metadata"]["generation"] = 2
+    model.upsert(bad, T0 + 1)
+    model.upsert(bad, T0 + 2)  # same spec again: counted once
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_spec_valid")] == 0
+    assert s[per("zaroz_unitsignal_generation_stuck_invalid_spec")] == 1
+    v = frozenset({("workload", "wl-1"), ("rule", "spec_schema")})
+    assert s[("zaroz_unitsignal_conformance_violations_total", v)] == 1
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "rule"),
+    [
+        (status(observedGeneration=2), status(observedGeneration=1, seq=2),
+         "observed_generation_regressed"),
+        (status(observedGeneration=1), status(observedGeneration=5, seq=2),
+         "observed_generation_ahead"),
+        (status(seq=9), status(seq=2), "agent_restart"),
+        (status(), status(allocationAck="alloc-never", seq=2), "unknown_allocation_ack"),
+        (status(), status(observedGeneration="one"), "status_schema"),
+    ],
+)
+def test_conformance_rules(first, second, rule):
+    model, reg, _ = setup()
+    model.upsert(unitsignal(generation=2, status_=first), T0)
+    model.upsert(unitsignal(generation=2, status_=second), T0 + 1)
+    model.upsert(unitsignal(generation=2, status_=second), T0 + 2)
+    s = samples(reg)
+    for r in ("observed_generation_regressed", "observed_generation_ahead", "agent_restart",
+              "unknown_allocation_ack", "status_schema", "spec_schema"):
+        key = ("zaroz_unitsignal_conformance_violations_total",
+               frozenset({("workload", "wl-1"), ("rule", r)}))
+        assert s[key] == (1 if r == rule else 0), r
+
+
+def test_readiness_on_the_cluster_clock_once_per_object():
+    model, reg, _ = setup()
+    model.upsert(unitsignal(created=T0, status_=status()), T0)
+    ready = status(signalledReady=iso(T0 + 7.25), seq=2)
+    model.upsert(unitsignal(created=T0, status_=ready), T0 + 8)
+    model.upsert(unitsignal(created=T0, status_=dict(ready, seq=3)), T0 + 9)
+    s = samples(reg)
+    wl = frozenset({("workload", "wl-1")})
+    assert s[("zaroz_unitsignal_ready_seconds_count", wl)] == 1
+    assert s[("zaroz_unitsignal_ready_seconds_sum", wl)] == 7.25
+    assert s[per("zaroz_unitsignal_ready")] == 1
+
+
+def test_allocation_ack_from_allocated_at_to_the_ack():
+    model, reg, _ = setup()
+    model.upsert(unitsignal(status_=status()), T0)
+    alloc = {"id": "a-1", "generation": 2, "allocatedAt": iso(T0 + 1)}
+    model.upsert(unitsignal(generation=2, allocation=alloc, status_=status()), T0 + 1.01)
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_allocation_pending")] == 1
+    model.upsert(unitsignal(generation=2, allocation=alloc,
+                            status_=status(observedGeneration=2, allocationAck="a-1", seq=2)),
+                 T0 + 1.5)
+    s = samples(reg)
+    wl = frozenset({("workload", "wl-1")})
+    assert s[("zaroz_unitsignal_allocation_ack_seconds_count", wl)] == 1
+    assert s[("zaroz_unitsignal_allocation_ack_seconds_sum", wl)] == pytest.approx(0.5)
+    assert s[per("zaroz_unitsignal_allocation_pending")] == 0
+
+
+def test_allocation_already_acknowledged_at_first_sight_is_not_measured():
+    model, reg, _ = setup()
+    alloc = {"id": "a-1", "generation": 2, "allocatedAt": iso(T0 - 100)}
+    model.replace([unitsignal(generation=2, allocation=alloc,
+                              status_=status(observedGeneration=2, allocationAck="a-1"))], T0)
+    s = samples(reg)
+    assert s.get(("zaroz_unitsignal_allocation_ack_seconds_count",
+                  frozenset({("workload", "wl-1")})), 0) == 0
+
+
+def test_state_series_and_phases():
+    model, reg, clock = setup()
+    model.upsert(unitsignal("a", status_=status()), T0)
+    model.upsert(unitsignal("b", status_=status(signalledReady=iso(T0), accepting=True,
+                                                activity="busy")), T0)
+    model.upsert(unitsignal("c", draining="scale_down", status_=status()), T0)
+    clock.now = T0 + 30
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_accepting", "b")] == 1
+    assert s[per("zaroz_unitsignal_activity", "b", activity="busy")] == 1
+    assert s[per("zaroz_unitsignal_activity", "a", activity="none")] == 1
+    assert s[per("zaroz_unitsignal_draining", "c", reason="scale_down")] == 1
+    assert s[per("zaroz_unitsignal_draining", "a", reason="none")] == 0
+    assert s[per("zaroz_unitsignal_info", "a", unit_id="unit-a", key="a",
+                 agent_version="1.4.2")] == 1
+    phase = lambda p: frozenset({("workload", "wl-1"), ("phase", p)})  # noqa: E731
+    assert s[("zaroz_workload_unitsignals", phase("starting"))] == 1
+    assert s[("zaroz_workload_unitsignals", phase("ready"))] == 1
+    assert s[("zaroz_workload_unitsignals", phase("draining"))] == 1
+    assert s[("zaroz_workload_unitsignal_oldest_phase_seconds", phase("ready"))] == 30
+    assert s[("zaroz_workload_unitsignal_oldest_phase_seconds", phase("allocated"))] == 0
+    # The activity series follows the value, no stale series stays behind.
+    model.upsert(unitsignal("b", status_=status(signalledReady=iso(T0), activity="idle")), T0)
+    s = samples(reg)
+    assert per("zaroz_unitsignal_activity", "b", activity="busy") not in s
+    assert s[per("zaroz_unitsignal_activity", "b", activity="idle")] == 1
+
+
+def test_per_object_series_go_with_the_object_and_on_relist():
+    model, reg, _ = setup()
+    model.upsert(unitsignal("a", status_=status()), T0)
+    model.upsert(unitsignal("b", status_=status()), T0)
+    model.delete(unitsignal("a"), T0 + 1)
+    s = samples(reg)
+    assert not [k for k in s if ("unitsignal", "a") in k[1]]
+    model.replace([unitsignal("c", status_=status())], T0 + 2)  # b was deleted while away
+    s = samples(reg)
+    assert not [k for k in s if ("unitsignal", "b") in k[1]]
+    assert s[per("zaroz_unitsignal_ready", "c")] == 0
+    phase = frozenset({("workload", "wl-1"), ("phase", "starting")})
+    assert s[("zaroz_workload_unitsignals", phase)] == 1
+
+
+def test_recreated_object_with_a_new_uid_starts_over():
+    model, reg, _ = setup()
+    model.upsert(unitsignal(status_=status(seq=9)), T0)
+    model.upsert(unitsignal(uid="other", status_=status(seq=1)), T0 + 1)
+    s = samples(reg)
+    rule = frozenset({("workload", "wl-1"), ("rule", "agent_restart")})
+    assert s[("zaroz_unitsignal_conformance_violations_total", rule)] == 0
+
+
+def test_workload_is_the_namespace_without_the_label():
+    model, reg, _ = setup()
+    model.upsert(unitsignal(workload=None, status_=status()), T0)
+    assert samples(reg)[per("zaroz_unitsignal_ready", wl="team-a")] == 0
+
+
+def test_labels_allowlist_and_no_user_data_anywhere():
+    model, reg, _ = setup(allowlist=("team", "absent"))
+    rec = Recorder()
+    UnitSignalModel(rec).upsert(unitsignal(status_=status()), T0)
+    model.upsert(unitsignal(status_=status()), T0)
+    text = render_bytes(reg).decode()
+    assert 'label_team="blue"' in text
+    assert "customer-secret-value" not in text
+    assert "customer-secret-value" not in repr(rec.calls)
+
+
+def test_bad_objects_are_ignored_without_a_crash():
+    model, reg, _ = setup()
+    for bad in ({}, {"metadata": None}, {"metadata": {"name": "x"}}, [],
+                {"metadata": {"name": "x", "namespace": "n"}, "spec": "oops", "status": 5}):
+        model.upsert(bad, T0)  # type: ignore[arg-type]
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_spec_valid", "x", "n", "n")] == 0
