@@ -1,0 +1,285 @@
+"""The UnitSignal object store behind the emulator, with etcd-like resourceVersion semantics.
+
+One global, strictly increasing revision; every real write takes the next one and is recorded
+in a bounded history. The history serves both watches resuming from an older revision and
+consistent paginated lists (the state at revision R is the current state with the later events
+undone), so both expire together when R falls out of the window, as with etcd compaction.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from exporter.sim.kube_select import merge_patch
+
+GROUP = "units.zaroz.cloud"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "UnitSignal"
+PLURAL = "unitsignals"
+RESOURCE = f"{PLURAL}.{GROUP}"
+
+Obj = dict[str, Any]
+
+
+class KubeError(Exception):
+    """An API error; `status()` is the metav1.Status body the server answers with."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.details = dict(details) if details else None
+
+    def status(self) -> Obj:
+        body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                     "message": self.message, "reason": self.reason}  # fmt: skip
+        if self.details is not None:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def not_found(name: str) -> KubeError:
+    details = {"name": name, "group": GROUP, "kind": PLURAL}
+    return KubeError(404, "NotFound", f'{RESOURCE} "{name}" not found', details)
+
+
+def too_old(rv: int, oldest: int) -> KubeError:
+    return KubeError(410, "Expired", f"too old resource version: {rv} ({oldest})")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One write. `obj` is the object after it (DELETED: the last state, at the delete's rv)."""
+
+    rv: int
+    type: str  # ADDED | MODIFIED | DELETED
+    key: str  # "namespace/name", the etcd key order lists use
+    obj: Obj
+    prev: Obj | None  # the object before (None for ADDED)
+
+
+def _copy(value: Any) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+def _fields(value: Any) -> Obj:
+    """FieldsV1 for a JSON value: maps recurse ("." marks the map itself), the rest are leaves."""
+    if not isinstance(value, dict):
+        return {}
+    return {".": {}} | {f"f:{k}": _fields(v) for k, v in value.items()}
+
+
+def rfc3339_s(t_ns: int) -> str:
+    """metadata timestamps: UTC, one-second precision, `Z` (what kube-apiserver writes)."""
+    return datetime.fromtimestamp(t_ns // 1_000_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ObjectStore:
+    """UnitSignal objects keyed "namespace/name", their write history and its listeners."""
+
+    def __init__(
+        self,
+        *,
+        history: int = 1000,
+        clock: Callable[[], int] = time.time_ns,
+        start_rv: int = 1,
+        seed: int | None = None,
+        spec_manager: str = "kernel",
+        status_manager: str = "zaroz-agent",
+    ) -> None:
+        if history < 1:
+            raise ValueError("history must keep at least one event")
+        self.clock = clock
+        self.spec_manager, self.status_manager = spec_manager, status_manager
+        self.rv = start_rv
+        self.floor = start_rv  # oldest rv a watch or a list snapshot can start from
+        self.objects: dict[str, Obj] = {}
+        self.history: deque[Event] = deque(maxlen=history)
+        self.listeners: set[Callable[[Event], None]] = set()
+        self._rng = random.Random(seed)
+
+    # -- writes (the simulated kernel and agent) -------------------------------------------------
+
+    def create(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, Any],
+        labels: Mapping[str, str] | None = None,
+        status: Mapping[str, Any] | None = None,
+        *,
+        manager: str | None = None,
+    ) -> Obj:
+        """POST: status is a subresource, so a given `status` is a second write by the agent."""
+        key = f"{namespace}/{name}"
+        if key in self.objects:
+            details = {"name": name, "group": GROUP, "kind": PLURAL}
+            raise KubeError(409, "AlreadyExists", f'{RESOURCE} "{name}" already exists', details)
+        now = rfc3339_s(self.clock())
+        meta: Obj = {"name": name, "namespace": namespace,
+                     "uid": str(uuid.UUID(int=self._rng.getrandbits(128), version=4)),
+                     "resourceVersion": "", "generation": 1, "creationTimestamp": now}  # fmt: skip
+        if labels:
+            meta["labels"] = dict(labels)
+        meta["managedFields"] = []
+        obj: Obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
+                    "spec": _copy(dict(spec))}  # fmt: skip
+        self._own(obj, manager or self.spec_manager, None, now)
+        result = self._write(key, "ADDED", obj, None)
+        if status is not None:
+            result = self.patch_status(namespace, name, dict(status))
+        return result
+
+    def update_spec(
+        self, namespace: str, name: str, spec: Mapping[str, Any], *, manager: str | None = None
+    ) -> Obj:
+        """PUT of the spec: bumps metadata.generation; an identical spec is a no-op (same rv)."""
+        key, prev = self._existing(namespace, name)
+        spec = _copy(dict(spec))
+        if spec == prev["spec"]:
+            return _copy(prev)
+        obj = _copy(prev)
+        obj["spec"] = spec
+        obj["metadata"]["generation"] += 1
+        self._own(obj, manager or self.spec_manager, None, rfc3339_s(self.clock()))
+        return self._write(key, "MODIFIED", obj, prev)
+
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        merge_patch_body: Mapping[str, Any],
+        *,
+        manager: str | None = None,
+    ) -> Obj:
+        """PATCH .../status with a merge patch on status: never bumps generation; no-op if same."""
+        key, prev = self._existing(namespace, name)
+        status = merge_patch(prev.get("status"), _copy(dict(merge_patch_body)))
+        if status == prev.get("status"):
+            return _copy(prev)
+        obj = _copy(prev)
+        obj["status"] = status
+        self._own(obj, manager or self.status_manager, "status", rfc3339_s(self.clock()))
+        return self._write(key, "MODIFIED", obj, prev)
+
+    def set_labels(
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str] | None,
+        *,
+        manager: str | None = None,
+    ) -> Obj:
+        """Replace metadata.labels: a metadata change, so no generation bump."""
+        key, prev = self._existing(namespace, name)
+        new = dict(labels or {})
+        if new == prev["metadata"].get("labels", {}):
+            return _copy(prev)
+        obj = _copy(prev)
+        meta = obj["metadata"]
+        meta.pop("labels", None)
+        if new:
+            meta = {k: v for k, v in meta.items() if k != "managedFields"} | {
+                "labels": new, "managedFields": meta["managedFields"]}  # fmt: skip
+            obj["metadata"] = meta
+        self._own(obj, manager or self.spec_manager, None, rfc3339_s(self.clock()))
+        return self._write(key, "MODIFIED", obj, prev)
+
+    def delete(self, namespace: str, name: str) -> Obj:
+        """DELETE without finalizers: gone at once; the event carries the last state."""
+        key, prev = self._existing(namespace, name)
+        return self._write(key, "DELETED", _copy(prev), prev)
+
+    def compact(self) -> None:
+        """Forget the history: resuming watches and old continue tokens now get 410."""
+        self.history.clear()
+        self.floor = self.rv
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> Obj:
+        return _copy(self._existing(namespace, name)[1])
+
+    def events_since(self, rv: int) -> list[Event]:
+        """Every event after `rv`; 410 Expired when some of them are no longer retained."""
+        if rv < self.floor:
+            raise too_old(rv, self.floor + 1)
+        out = []
+        for event in reversed(self.history):
+            if event.rv <= rv:
+                break
+            out.append(event)
+        out.reverse()
+        return out
+
+    def snapshot(self, rv: int) -> dict[str, Obj]:
+        """The objects as of revision `rv` (the current ones with later events undone)."""
+        state = dict(self.objects)
+        for event in reversed(self.events_since(rv)):
+            if event.prev is None:
+                del state[event.key]
+            else:
+                state[event.key] = event.prev
+        return state
+
+    def items(self) -> Iterator[tuple[str, Obj]]:
+        return iter(sorted(self.objects.items()))
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _existing(self, namespace: str, name: str) -> tuple[str, Obj]:
+        key = f"{namespace}/{name}"
+        obj = self.objects.get(key)
+        if obj is None:
+            raise not_found(name)
+        return key, obj
+
+    @staticmethod
+    def _own(obj: Obj, manager: str, subresource: str | None, now: str) -> None:
+        """Record `manager` as the owner of the part it wrote (spec+labels, or status)."""
+        if subresource == "status":
+            fields: Obj = {"f:status": _fields(obj.get("status", {}))}
+        else:
+            fields = {}
+            if obj["metadata"].get("labels"):
+                labels = {f"f:{k}": {} for k in obj["metadata"]["labels"]}
+                fields["f:metadata"] = {"f:labels": {".": {}} | labels}
+            fields["f:spec"] = _fields(obj["spec"])
+        entry: Obj = {"manager": manager, "operation": "Update", "apiVersion": API_VERSION,
+                      "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields}  # fmt: skip
+        if subresource is not None:
+            entry["subresource"] = subresource
+        entries = obj["metadata"]["managedFields"]
+        for i, old in enumerate(entries):
+            same = (old["manager"], old.get("subresource")) == (manager, subresource)
+            if same and old["operation"] == "Update":
+                entries[i] = entry
+                return
+        entries.append(entry)
+
+    def _write(self, key: str, type_: str, obj: Obj, prev: Obj | None) -> Obj:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        if type_ == "DELETED":
+            del self.objects[key]
+        else:
+            self.objects[key] = obj
+        if len(self.history) == self.history.maxlen:
+            self.floor = max(self.floor, self.history[0].rv)
+        event = Event(self.rv, type_, key, obj, prev)
+        self.history.append(event)
+        for listener in list(self.listeners):
+            listener(event)
+        return _copy(obj)

@@ -1,0 +1,219 @@
+"""The WATCH half of the Kubernetes emulator: one chunked JSON line per event.
+
+Semantics follow kube-apiserver's watch cache: from resourceVersion R every later event from the
+history, then live ones; without R (or "0") synthetic ADDED for the current state first; a label
+selector turns transitions into ADDED/DELETED; periodic BOOKMARKs when asked for; an R older
+than the history is a 200 stream with one ERROR 410 event; the stream ends after timeoutSeconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+
+from exporter.sim.kube_faults import KubeFault, KubeFaultKind
+from exporter.sim.kube_select import SelectorError, parse_field_selector, parse_label_selector
+from exporter.sim.kube_store import API_VERSION, KIND, Event, KubeError, Obj, too_old
+
+if TYPE_CHECKING:
+    from exporter.sim.kube import KubeEmulator
+
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+
+def bad_request(message: str) -> KubeError:
+    return KubeError(400, "BadRequest", message)
+
+
+def int_param(query: Mapping[str, str], name: str) -> int | None:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return None
+    if not re.fullmatch(r"-?[0-9]+", raw):
+        raise bad_request(f"{name}: invalid value {raw!r}: must be an integer")
+    return int(raw)
+
+
+def close_transport(request: web.Request) -> None:
+    """Close the socket under the response: the client sees EOF mid-stream or no response."""
+    if request.transport is not None:
+        request.transport.close()
+
+
+class _Closed(Exception):
+    """The stream was cut on purpose (fault) or the client went away."""
+
+
+async def _cut(request: web.Request) -> None:
+    """Close mid-stream, after a pause so the client has read what was sent before (aiohttp
+    raises the payload error on the next read even when complete lines are still buffered)."""
+    await asyncio.sleep(0.02)
+    close_transport(request)
+    raise _Closed
+
+
+class _Stream:
+    """Writes event lines, applying a watch fault (cut, truncate, trickle) as it goes."""
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, fault: KubeFault | None
+    ) -> None:
+        self.request, self.response, self.fault = request, response, fault
+        self.events = 0  # non-bookmark events written
+
+    async def send(self, type_: str, obj: Obj) -> None:
+        line = orjson.dumps({"type": type_, "object": obj}) + b"\n"
+        fault = self.fault
+        kind = fault.kind if fault is not None else None
+        counted = type_ != "BOOKMARK"
+        truncate = fault is not None and kind is KubeFaultKind.TRUNCATE
+        if truncate and counted and self.events >= fault.after_events:  # type: ignore[union-attr]
+            await self._write(line[: max(1, len(line) // 2)])
+            await _cut(self.request)
+        if fault is not None and kind is KubeFaultKind.SLOW and fault.between_s > 0:
+            await asyncio.sleep(fault.between_s)
+        await self._write(line)
+        if counted:
+            self.events += 1
+        await self.check_cut()
+
+    async def check_cut(self) -> None:
+        fault = self.fault
+        if (
+            fault is not None
+            and fault.kind is KubeFaultKind.CUT
+            and self.events >= fault.after_events
+        ):
+            await _cut(self.request)
+
+    async def _write(self, data: bytes) -> None:
+        try:
+            await self.response.write(data)
+        except (ConnectionError, RuntimeError):
+            raise _Closed from None
+
+
+def _bookmark(rv: int) -> Obj:
+    return {"kind": KIND, "apiVersion": API_VERSION, "metadata": {"resourceVersion": str(rv)}}
+
+
+def _projector(
+    matches: Callable[[Obj], bool],
+) -> Callable[[Event], tuple[str, Obj] | None]:
+    """How the watch cache shows one event to a filtered watcher (None: not at all)."""
+
+    def project(event: Event) -> tuple[str, Obj] | None:
+        now = matches(event.obj)
+        before = event.prev is not None and matches(event.prev)
+        if event.type == "ADDED":
+            return ("ADDED", event.obj) if now else None
+        if event.type == "DELETED":
+            return ("DELETED", event.obj) if now else None
+        if now and before:
+            return "MODIFIED", event.obj
+        if now:
+            return "ADDED", event.obj
+        if before:
+            assert event.prev is not None
+            gone = event.prev | {"metadata": event.prev["metadata"] | {
+                "resourceVersion": str(event.rv)}}  # fmt: skip
+            return "DELETED", gone
+        return None
+
+    return project
+
+
+async def serve_watch(
+    emu: KubeEmulator,
+    request: web.Request,
+    ns: str | None,
+    name: str | None,
+    fault: KubeFault | None,
+) -> web.StreamResponse:
+    """Serve one watch request until timeout, fault, client close or emulator stop."""
+    query = request.query
+    store = emu.store
+    try:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
+    except SelectorError as exc:
+        raise bad_request(str(exc)) from None
+    timeout = int_param(query, "timeoutSeconds")
+    bookmarks = query.get("allowWatchBookmarks", "") in _TRUE
+    rv_text = query.get("resourceVersion", "")
+    since = None if rv_text in ("", "0") else int_param(query, "resourceVersion")
+    if since is not None:
+        await emu.wait_for_rv(since)
+
+    def matches(obj: Obj) -> bool:
+        meta = obj["metadata"]
+        return ((ns is None or meta["namespace"] == ns) and (name is None or meta["name"] == name)
+                and labels(meta.get("labels", {})) and fields(obj))  # fmt: skip
+
+    project = _projector(matches)
+    error: KubeError | None = None
+    if fault is not None and fault.kind is KubeFaultKind.EXPIRE_WATCH:
+        error = too_old(since if since is not None else store.rv, store.rv)
+    elif since is not None and since < store.floor:
+        error = too_old(since, store.floor + 1)
+
+    # Register and read the starting point with no await in between: no gap, no duplicate.
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+    initial: list[tuple[int, tuple[str, Obj] | None]] = []
+    seen = store.rv
+    if error is None:
+        store.listeners.add(queue.put_nowait)
+        emu.watches.add(queue)
+        if since is None:
+            initial = [(store.rv, ("ADDED", obj)) for _, obj in store.items() if matches(obj)]
+        else:
+            initial = [(ev.rv, project(ev)) for ev in store.events_since(since)]
+            seen = since
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    try:
+        if fault is not None and fault.kind is KubeFaultKind.SLOW:
+            await asyncio.sleep(fault.delay_s)
+        await response.prepare(request)
+        stream = _Stream(request, response, fault)
+        if error is not None:
+            await stream.send("ERROR", error.status())
+            await response.write_eof()
+            return response
+        loop = asyncio.get_running_loop()
+        duration = timeout if timeout and timeout > 0 else emu.rng.uniform(*emu.watch_timeout_s)
+        deadline = loop.time() + duration
+        next_bookmark = loop.time() + emu.bookmark_interval_s
+        await stream.check_cut()
+        for rv, shown in initial:
+            if shown is not None:
+                await stream.send(*shown)
+            seen = max(seen, rv)
+        while (now := loop.time()) < deadline:
+            if bookmarks and now >= next_bookmark:
+                await stream.send("BOOKMARK", _bookmark(seen))
+                next_bookmark = now + emu.bookmark_interval_s
+                continue
+            until = min(deadline, next_bookmark) if bookmarks else deadline
+            try:
+                event = await asyncio.wait_for(queue.get(), until - now)
+            except TimeoutError:
+                continue
+            if event is None:
+                break
+            seen = event.rv
+            shown = project(event)
+            if shown is not None:
+                await stream.send(*shown)
+        await response.write_eof()
+    except (_Closed, ConnectionError):
+        pass
+    finally:
+        store.listeners.discard(queue.put_nowait)
+        emu.watches.discard(queue)
+    return response
