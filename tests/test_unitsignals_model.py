@@ -246,3 +246,14 @@ def test_bad_objects_are_ignored_without_a_crash():
         model.upsert(bad, T0)  # type: ignore[arg-type]
     s = samples(reg)
     assert s[per("zaroz_unitsignal_spec_valid", "x", "n", "n")] == 0
+
+
+def test_status_fields_deleted_by_a_merge_patch_count_as_null():
+    model, reg, _ = setup()
+    st = status()
+    del st["signalledReady"], st["activity"]
+    model.upsert(unitsignal(status_=st), T0)
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_status_valid")] == 1
+    rule = frozenset({("workload", "wl-1"), ("rule", "status_schema")})
+    assert s[("zaroz_unitsignal_conformance_violations_total", rule)] == 0

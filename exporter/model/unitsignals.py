@@ -249,6 +249,10 @@ class UnitSignalModel:
             return
         skey = tuple(status.get(f) for f in STATUS_FIELDS)
         if skey != t.status_key or len(status) != len(STATUS_FIELDS):
+            if len(status) < len(STATUS_FIELDS):
+                # JSON merge patch deletes a key patched to null: the API server cannot keep
+                # the contract's "present and null", so an absent field counts as null.
+                status = {**dict.fromkeys(STATUS_FIELDS), **status}
             valid = 1 if is_valid_unit_signal_status(status) else 0
             if not valid:
                 self.obs.violation(workload, "status_schema")

@@ -7,6 +7,7 @@ live tailing and tests share this code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from exporter.catalog import EVENT_TYPES, UNKNOWN
@@ -45,6 +46,8 @@ class WorkloadLog:
         self.units: dict[str, Unit] = {}
         self.expired = 0
         self.last_at = ""  # occurred_at of the last event applied, parsed when read
+        # Optional consumer of every applied unit event, in seq order (the trace builder).
+        self.tap: Callable[[str, str, str, dict[str, Any]], None] | None = None
 
     @property
     def clock(self) -> int:
@@ -135,16 +138,16 @@ class WorkloadLog:
                 units = self.units
                 u = units.get(uid)
                 h = HANDLERS.get(t)
-                if u is None:
-                    if h is None:
-                        return
-                    u = units[uid] = Unit(at)
-                else:
+                if u is not None:
                     u.last = at
+                elif h is not None:
+                    u = units[uid] = Unit(at)
                 if h is not None:
-                    h(u, uid, at, ev["data"], self.obs)
+                    h(u, uid, at, ev["data"], self.obs)  # type: ignore[arg-type]
                     if t == "unit.destroyed":
                         del units[uid]
+                if self.tap is not None:
+                    self.tap(uid, t, at, ev["data"])
             elif t == "units.scaled":
                 self.obs.desired(ev["data"]["to"])
         except (ValueError, KeyError, TypeError):

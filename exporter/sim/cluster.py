@@ -1,0 +1,158 @@
+"""The simulated kernel and agents: UnitSignals in the Kubernetes emulator, kept consistent with
+the simulator's event log.
+
+Each unit's events become the writes the platform would make: the kernel writes the spec (a new
+`spec.generation` per change), the agent writes the status and acknowledges generations. Some
+agents stop acknowledging (stuck generations) and one unit of each workload gets an invalid
+spec, which its agent refuses, so the demo shows what the alerts are for.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.sim.kube import KubeEmulator
+
+WORKLOAD_LABEL = "units.zaroz.cloud/workload"
+AGENT_VERSION = "1.4.2"
+
+
+@dataclass
+class _Unit:
+    namespace: str
+    name: str
+    spec: dict[str, Any]
+    observed: int = 0
+    seq: int = 0
+    stuck: bool = False  # the agent stops acknowledging new generations
+    invalid: bool = False  # the kernel wrote a spec that fails the schema
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+def _status() -> dict[str, Any]:
+    return {
+        "observedGeneration": 1, "agentVersion": AGENT_VERSION, "signalledReady": None,
+        "accepting": False, "activity": None, "activitySince": None,
+        "shutdownRequestedAt": None, "allocationAck": None, "seq": 0,
+    }
+
+
+class ClusterMirror:
+    """Applies a workload's envelopes to UnitSignals; call `apply` with each new batch."""
+
+    def __init__(self, kube: KubeEmulator, *, seed: int = 1, p_stuck: float = 0.05) -> None:
+        self.kube = kube
+        self.rng = random.Random(seed)
+        self.p_stuck = p_stuck
+        self.units: dict[str, _Unit] = {}
+        self.invalid_done: set[str] = set()
+
+    def apply(self, workload: str, envelopes: list[dict[str, Any]]) -> None:
+        for ev in envelopes:
+            unit = ev.get("unit")
+            if type(unit) is not dict:
+                continue
+            handler = getattr(self, "_" + ev["type"].replace("unit.", "").replace(".", "_"), None)
+            if handler is None:
+                continue
+            u = self.units.get(unit["id"])
+            if u is None and ev["type"] != "unit.created":
+                continue
+            try:
+                handler(workload, unit, u, ev)
+            except Exception:  # noqa: BLE001 - a simulation glitch must not stop the demo
+                continue
+
+    # -- the kernel's spec writes and the agent's status writes ------------------------------
+
+    def _created(self, workload: str, unit: dict[str, Any], u: _Unit | None,
+                 ev: dict[str, Any]) -> None:
+        ns = f"zaroz-{workload}"
+        name = f"{unit['key']}"[:40]
+        spec = {"unitId": unit["id"], "key": unit["key"], "contractVersion": 1, "generation": 1,
+                "labels": dict(unit.get("labels") or {}), "userData": {"level": "demo"},
+                "allocation": None, "draining": False}
+        u = _Unit(ns, name, spec, stuck=self.rng.random() < self.p_stuck)
+        self.units[unit["id"]] = u
+        self.kube.create(ns, name, spec, labels={WORKLOAD_LABEL: workload})
+
+    def _starting(self, workload: str, unit: dict[str, Any], u: _Unit,
+                  ev: dict[str, Any]) -> None:
+        u.status = {}
+        self._status(u, _status())
+
+    def _ready(self, workload: str, unit: dict[str, Any], u: _Unit, ev: dict[str, Any]) -> None:
+        self._status(u, {"signalledReady": ev["occurred_at"]})
+
+    def _accepting(self, workload: str, unit: dict[str, Any], u: _Unit,
+                   ev: dict[str, Any]) -> None:
+        self._status(u, {"accepting": True})
+
+    def _not_accepting(self, workload: str, unit: dict[str, Any], u: _Unit,
+                       ev: dict[str, Any]) -> None:
+        self._status(u, {"accepting": False})
+
+    def _idle(self, workload: str, unit: dict[str, Any], u: _Unit, ev: dict[str, Any]) -> None:
+        self._status(u, {"activity": "idle", "activitySince": ev["occurred_at"]})
+
+    def _busy(self, workload: str, unit: dict[str, Any], u: _Unit, ev: dict[str, Any]) -> None:
+        self._status(u, {"activity": "busy", "activitySince": ev["occurred_at"]})
+
+    def _allocated(self, workload: str, unit: dict[str, Any], u: _Unit,
+                   ev: dict[str, Any]) -> None:
+        alloc_id = f"alloc-{ev['seq']}"
+        self._spec(workload, u, allocation={"id": alloc_id, "generation": 0,
+                                            "allocatedAt": ev["occurred_at"]})
+
+    def _allocation_delivered(self, workload: str, unit: dict[str, Any], u: _Unit,
+                              ev: dict[str, Any]) -> None:
+        alloc = u.spec.get("allocation")
+        if alloc:
+            self._status(u, {"allocationAck": alloc["id"]}, observe=True)
+
+    def _allocation_undelivered(self, workload: str, unit: dict[str, Any], u: _Unit,
+                                ev: dict[str, Any]) -> None:
+        self._spec(workload, u, allocation=None)
+        self._status(u, {}, observe=True)
+
+    def _draining(self, workload: str, unit: dict[str, Any], u: _Unit,
+                  ev: dict[str, Any]) -> None:
+        reason = ev.get("data", {}).get("reason")
+        reason = reason if reason in ("stop", "destroy", "replace", "scale_down") else "stop"
+        self._spec(workload, u, draining=reason)
+        self._status(u, {"shutdownRequestedAt": ev["occurred_at"]}, observe=True)
+
+    def _exited(self, workload: str, unit: dict[str, Any], u: _Unit, ev: dict[str, Any]) -> None:
+        if ev.get("data", {}).get("restarted"):
+            u.seq = 0  # a new agent process: status.seq starts again
+            self._status(u, {"signalledReady": None, "accepting": False, "activity": None})
+
+    def _destroyed(self, workload: str, unit: dict[str, Any], u: _Unit,
+                   ev: dict[str, Any]) -> None:
+        self.units.pop(unit["id"], None)
+        self.kube.delete(u.namespace, u.name)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _spec(self, workload: str, u: _Unit, **changes: Any) -> None:
+        u.spec = dict(u.spec, **changes)
+        u.spec["generation"] += 1
+        if isinstance(u.spec.get("allocation"), dict):
+            u.spec["allocation"] = dict(u.spec["allocation"], generation=u.spec["generation"])
+        if workload not in self.invalid_done and u.spec["generation"] >= 3:
+            self.invalid_done.add(workload)  # one unit a workload gets a spec the agent refuses
+            u.invalid = True
+            u.spec["key"] = "Not A Valid Key"
+        self.kube.update_spec(u.namespace, u.name, u.spec)
+
+    def _status(self, u: _Unit, changes: dict[str, Any], observe: bool = False) -> None:
+        if not u.status:
+            changes = dict(_status(), **changes)  # the agent's first write sets every field
+        u.seq += 1
+        patch = dict(changes, seq=u.seq)
+        if observe and not u.stuck and not u.invalid:
+            patch["observedGeneration"] = u.spec["generation"]
+        u.status.update(patch)
+        self.kube.patch_status(u.namespace, u.name, patch)
