@@ -47,6 +47,28 @@ def _common(p: argparse.ArgumentParser) -> None:
     _add(p, "--log-format", help="log format", default="text", choices=["text", "json"])
 
 
+def _kube_flags(p: argparse.ArgumentParser, default_mode: str) -> None:
+    _add(p, "--kube", help="watch UnitSignals: on, off, or auto (when a cluster is configured)",
+         default=default_mode, choices=["auto", "on", "off"])
+    _add(p, "--kubeconfig", help="kubeconfig file (default: in-cluster service account, else "
+         "$KUBECONFIG or ~/.kube/config)", default=None)
+    _add(p, "--kube-context", help="kubeconfig context", default=None)
+    _add(p, "--kube-api-url", help="API server URL, bypassing kubeconfig (with "
+         "--kube-token-file)", default=None)
+    _add(p, "--kube-token-file", help="bearer token file for --kube-api-url (re-read when it "
+         "changes)", default=None)
+    _add(p, "--namespace", help="namespace to watch (repeat, or comma-separated in the env "
+         "var); none: all namespaces", action="append", default=[])
+    _add(p, "--label-selector", help="only UnitSignals matching this label selector",
+         default=None)
+    _add(p, "--unitsignal-labels-allowlist", help="UnitSignal labels exported as label_<name> "
+         "on zaroz_unitsignal_labels (comma-separated)", type=_csv, default=[])
+
+
+def _csv(v: str) -> list[str]:
+    return [x.strip() for x in v.split(",") if x.strip()]
+
+
 def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--listen", help="address for /metrics, /healthz, /readyz", default=listen)
     _add(p, "--gzip-level", help="gzip level for scrapes that accept gzip", type=int, default=1)
@@ -79,14 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", formatter_class=_Formatter,
-                           help="tail the events route and serve /metrics",
-                           description="Tail every workload's event log and serve its metrics.")
+                           help="tail the events route, watch UnitSignals, serve /metrics",
+                           description="Tail every workload's event log and watch every "
+                           "UnitSignal, and serve their metrics.")
     _add(serve, "--events-url", help="base URL of the platform's events route", default=None)
     _add(serve, "--events-token-file",
          help="file holding the route's bearer token (re-read when it changes)", default=None)
     _add(serve, "--workload", help="workload id to tail (repeat, or comma-separated in the env "
          "var); none: discover from the route's workload list", action="append", default=[])
     _serve_flags(serve, f"0.0.0.0:{DEFAULT_PORT}")
+    _kube_flags(serve, "auto")
     _common(serve)
 
     replay = sub.add_parser(

@@ -1,4 +1,4 @@
-"""`zaroz-exporter serve`: tail the events route and serve the metrics until stopped."""
+"""`zaroz-exporter serve`: tail the events route and watch UnitSignals, serve the metrics."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ import functools
 import logging
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
+from aiohttp import web
 
+from exporter.cluster import NamespaceHandler, build_cluster
+from exporter.model.unitsignals import UnitSignalModel
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
 from exporter.sinks.metrics.route import RouteMetrics
@@ -31,17 +35,33 @@ class Running:
 
     url: str
     pipeline: Pipeline
-    supervisor: TailSupervisor
-    runner: object
+    runner: web.AppRunner
     session: aiohttp.ClientSession
-    expiry: asyncio.Task[None]
+    supervisor: TailSupervisor | None = None
+    kube: Any = None  # exporter.sources.kube.reflector.KubeSource
+    unitsignals: UnitSignalModel | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def readiness(self) -> tuple[bool, str]:
+        parts = [s.readiness() for s in (self.supervisor, self.kube) if s is not None]
+        if not parts:
+            return True, "no sources"
+        return all(ok for ok, _ in parts), "; ".join(d for _, d in parts)
+
+    def ready(self) -> bool:
+        return self.readiness()[0]
 
     async def stop(self) -> None:
-        self.expiry.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.expiry
-        await self.supervisor.stop()
-        await self.runner.cleanup()  # type: ignore[attr-defined]
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+        if self.kube is not None:
+            await self.kube.stop()
+        await self.runner.cleanup()
         await self.session.close()
 
 
@@ -52,28 +72,75 @@ async def _expire_loop(pipeline: Pipeline) -> None:
         pipeline.expire(time.time_ns())
 
 
-async def start(args: argparse.Namespace, events_url: str, workloads: list[str] | None,
-                token_file: str | None = None) -> Running:
+def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession,
+                 pipeline: Pipeline) -> tuple[Any, UnitSignalModel] | None:
+    """The UnitSignal watch, when --kube allows it and a cluster is configured."""
+    if args.kube == "off":
+        return None
+    from exporter.sinks.metrics.kube import KubeMetrics
+    from exporter.sources.kube.api import KubeApi
+    from exporter.sources.kube.config import KubeConfigError, load_access
+    from exporter.sources.kube.reflector import KubeSource
+
+    try:
+        access = load_access(api_url=args.kube_api_url, token_file=args.kube_token_file,
+                             kubeconfig=args.kubeconfig, context=args.kube_context)
+    except KubeConfigError as e:
+        if args.kube == "on":
+            raise SystemExit(f"zaroz-exporter: cannot reach Kubernetes: {e}") from e
+        log.info("no Kubernetes configuration: UnitSignals are not watched",
+                 extra={"reason": str(e)})
+        return None
+    allowlist = [v for v in args.unitsignal_labels_allowlist if v]
+    model, _ = build_cluster(pipeline.registry, allowlist)
+    source = KubeSource(
+        KubeApi(session, access), lambda ns: NamespaceHandler(model, ns),
+        KubeMetrics(pipeline.registry), namespaces=args.namespace or None,
+        label_selector=args.label_selector or None,
+        backoff_factory=functools.partial(Backoff, min(0.5, args.backoff_max),
+                                          args.backoff_max),
+    )
+    log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
+                                            "namespaces": ",".join(args.namespace) or "*"})
+    return source, model
+
+
+async def start(args: argparse.Namespace) -> Running:
     if not 1 <= args.page_limit <= 1000:
         raise SystemExit("--page-limit must be within 1..1000")
     if not 0 <= args.wait <= 60:
         raise SystemExit("--wait must be within 0..60")
     pipeline = Pipeline(idle_seconds=args.unit_idle_timeout)
-    connector = aiohttp.TCPConnector(limit=0)
-    session = aiohttp.ClientSession(connector=connector, json_serialize=None)  # type: ignore[arg-type]
-    client = RouteClient(session, events_url, TokenFile(token_file) if token_file else None,
-                         timeout_margin=args.request_timeout_margin)
-    supervisor = TailSupervisor(
-        client, pipeline, RouteMetrics(pipeline.registry), workloads or None,
-        args.discovery_interval,
-        backoff_factory=functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max),
-        limit=args.page_limit, wait=args.wait,
-    )
-    server = MetricsServer(pipeline.registry, supervisor.readiness, gzip_level=args.gzip_level)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    backoff = functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max)
+    supervisor = None
+    if args.events_url:
+        token = TokenFile(args.events_token_file) if args.events_token_file else None
+        client = RouteClient(session, args.events_url, token,
+                             timeout_margin=args.request_timeout_margin)
+        supervisor = TailSupervisor(
+            client, pipeline, RouteMetrics(pipeline.registry), args.workload or None,
+            args.discovery_interval, backoff_factory=backoff,
+            limit=args.page_limit, wait=args.wait,
+        )
+    kube = _kube_source(args, session, pipeline)
+    if supervisor is None and kube is None:
+        await session.close()
+        raise SystemExit("zaroz-exporter serve: nothing to export: give --events-url "
+                         "(ZAROZ_EXPORTER_EVENTS_URL) and/or a Kubernetes configuration")
+    running_box: list[Running] = []
+    server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
+                           gzip_level=args.gzip_level)
     runner, url = await start_site(server.app, args.listen)
-    await supervisor.start()
-    expiry = asyncio.create_task(_expire_loop(pipeline), name="expire")
-    return Running(url, pipeline, supervisor, runner, session, expiry)
+    running = Running(url, pipeline, runner, session, supervisor,
+                      kube[0] if kube else None, kube[1] if kube else None)
+    running_box.append(running)
+    if supervisor is not None:
+        await supervisor.start()
+    if kube is not None:
+        kube[0].start()
+    running.tasks.append(asyncio.create_task(_expire_loop(pipeline), name="expire"))
+    return running
 
 
 async def run_until_stopped(running: Running, duration: float = 0.0) -> None:
@@ -94,14 +161,9 @@ async def run_until_stopped(running: Running, duration: float = 0.0) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if not args.events_url:
-        raise SystemExit("zaroz-exporter serve: --events-url (or ZAROZ_EXPORTER_EVENTS_URL) "
-                         "is required")
-
     async def go() -> None:
-        running = await start(args, args.events_url, args.workload, args.events_token_file)
-        log.info("serving metrics", extra={"url": f"{running.url}/metrics",
-                                           "events_url": args.events_url})
+        running = await start(args)
+        log.info("serving metrics", extra={"url": f"{running.url}/metrics"})
         await run_until_stopped(running)
 
     asyncio.run(go())

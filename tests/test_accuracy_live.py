@@ -21,7 +21,8 @@ LOGS, TRUTH = finite_logs(seed=11, workloads=3, seconds=300)
 
 def serve_args(**over: object) -> argparse.Namespace:
     args = build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--wait", "1",
-                                      "--page-limit", "97", "--backoff-max", "0.2"])
+                                      "--page-limit", "97", "--backoff-max", "0.2",
+                                      "--kube", "off"])
     for k, v in over.items():
         setattr(args, k, v)
     return args
@@ -40,13 +41,13 @@ async def _run(faults: FaultPlan) -> tuple[str, RouteServer]:
     for wl, evs in LOGS.items():
         route.append(wl, evs)
     base = await route.start()
-    running = await start(serve_args(), base, list(LOGS))
+    running = await start(serve_args(events_url=base, workload=list(LOGS)))
     try:
         for _ in range(600):
-            if running.supervisor.ready():
+            if running.ready():
                 break
             await asyncio.sleep(0.05)
-        assert running.supervisor.ready(), running.supervisor.readiness()
+        assert running.ready(), running.readiness()
         text, resp, raw = await _scrape(f"{running.url}/metrics", **{"Accept-Encoding": "gzip"})
         assert resp.headers["Content-Encoding"] == "gzip" and raw[:2] == b"\x1f\x8b"
         assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -88,7 +89,7 @@ async def demo_like():
     evs = next(iter(LOGS.values()))
     route.append(workloads[0].id, evs)
     base = await route.start()
-    running = await start(serve_args(), base, None)  # discovery
+    running = await start(serve_args(events_url=base))  # discovery
     yield running, route
     await running.stop()
     await route.stop()
@@ -97,7 +98,7 @@ async def demo_like():
 async def test_endpoints_and_negotiation(demo_like):
     running, _ = demo_like
     for _ in range(200):
-        if running.supervisor.ready():
+        if running.ready():
             break
         await asyncio.sleep(0.05)
     text, resp, _ = await _scrape(f"{running.url}/readyz")
@@ -120,7 +121,7 @@ async def test_not_ready_until_caught_up():
     route = RouteServer(SimConfig(workloads=1).workload_list())
     base = await route.start()
     await route.stop()  # nothing listens there any more
-    running = await start(serve_args(), base, ["wl-1"])
+    running = await start(serve_args(events_url=base, workload=["wl-1"]))
     try:
         text, resp, _ = await _scrape(f"{running.url}/readyz")
         assert resp.status == 503 and "not ready" in text

@@ -257,3 +257,11 @@ def test_status_fields_deleted_by_a_merge_patch_count_as_null():
     assert s[per("zaroz_unitsignal_status_valid")] == 1
     rule = frozenset({("workload", "wl-1"), ("rule", "status_schema")})
     assert s[("zaroz_unitsignal_conformance_violations_total", rule)] == 0
+
+
+def test_a_namespace_relist_only_reconciles_its_namespace():
+    model, _reg, _ = setup()
+    model.upsert(unitsignal("a", "ns-1", status_=status()), T0)
+    model.upsert(unitsignal("b", "ns-2", status_=status()), T0)
+    model.replace([], T0 + 1, namespace="ns-1")
+    assert set(model.objects) == {("ns-2", "b")}

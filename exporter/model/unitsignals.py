@@ -136,14 +136,18 @@ class UnitSignalModel:
 
     # -- the source's three calls ------------------------------------------------------------
 
-    def replace(self, objects: list[dict[str, Any]], now: float) -> None:
-        """A full (re)list: upsert every object, forget those no longer there."""
+    def replace(self, objects: list[dict[str, Any]], now: float,
+                namespace: str | None = None) -> None:
+        """A full (re)list of one namespace (None: all): upsert every object, forget those of
+        that scope no longer there."""
         seen: set[Key] = set()
         for obj in objects:
             key = self.upsert(obj, now)
             if key is not None:
                 seen.add(key)
-        for key in [k for k in self.objects if k not in seen]:
+        gone = [k for k in self.objects
+                if k not in seen and (namespace is None or k[0] == namespace)]
+        for key in gone:
             self._forget(key)
 
     def delete(self, obj: dict[str, Any], now: float) -> None:

@@ -62,7 +62,7 @@ class ClusterMirror:
                 continue
             try:
                 handler(workload, unit, u, ev)
-            except Exception:  # noqa: BLE001 - a simulation glitch must not stop the demo
+            except Exception:  # a simulation glitch must not stop the demo
                 continue
 
     # -- the kernel's spec writes and the agent's status writes ------------------------------

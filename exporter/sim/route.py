@@ -228,8 +228,10 @@ class LiveFeed:
         time_scale: float = 1.0,
         interval_s: float = 0.1,
         clock: Callable[[], int] = time.time_ns,
+        listeners: Iterable[Callable[[str, list[dict[str, Any]]], None]] = (),
     ) -> None:
         self.server = server
+        self.listeners = list(listeners)  # also told of every batch (the cluster mirror)
         self.time_scale = time_scale
         self.interval_s = interval_s
         self.clock = clock
@@ -247,6 +249,8 @@ class LiveFeed:
         for workload, events in self.simulator.events_until(self.sim_now()).items():
             if events:
                 self.server.append(workload, events)
+                for listener in self.listeners:
+                    listener(workload, events)
                 count += len(events)
         return count
 

@@ -23,6 +23,7 @@ from exporter.model.workload import WorkloadLog
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
+from exporter.sources.complaints import Complaints
 from exporter.sources.route import (
     BadRequest,
     CursorExpired,
@@ -50,38 +51,6 @@ def _page_seqs(events: Iterable[Any]) -> list[int]:
         if type(s) is int and s >= 1:
             out.append(s)
     return out
-
-
-class _Complaints:
-    """Logs a failing streak on its first error, on a change of error, then at most every
-    `interval` seconds (with the count), and once when it ends: no line per failed poll."""
-
-    def __init__(self, workload: str, interval: float) -> None:
-        self.workload = workload
-        self.interval = interval
-        self.result: str | None = None
-        self.count = 0
-        self.last_log = 0.0
-
-    def failed(self, level: int, result: str, msg: str, delay: float, **fields: Any) -> None:
-        self.count += 1
-        now = time.monotonic()
-        if result != self.result or now - self.last_log >= self.interval:
-            extra = {"result": result, "failures": self.count, "retry_in": round(delay, 3),
-                     **fields}
-            if self.workload:
-                extra["workload"] = self.workload
-            log.log(level, msg, extra=extra)
-            self.last_log = now
-        self.result = result
-
-    def recovered(self, **fields: Any) -> None:
-        if self.count:
-            log.info("events route recovered", extra={
-                "workload": self.workload, "failures": self.count, "last_result": self.result,
-                **fields})
-        self.result = None
-        self.count = 0
 
 
 class Tailer:
@@ -118,7 +87,8 @@ class Tailer:
         self.caught_up = False
         self.last_success: float | None = None
         self.results: Counter[str] = Counter()
-        self._complaints = _Complaints(workload, log_interval)
+        self._complaints = Complaints(logging.getLogger(__name__), "events route recovered",
+                                      log_interval, workload=workload)
         self._warned_behind = False
         self._task: asyncio.Task[None] | None = None
 
@@ -300,7 +270,8 @@ class TailSupervisor:
         self.tailers: dict[str, Tailer] = {}
         self.discovered = False  # a workload list is known: given (at start) or listed once
         self._discovery_task: asyncio.Task[None] | None = None
-        self._complaints = _Complaints("", log_interval)
+        self._complaints = Complaints(logging.getLogger(__name__), "events route recovered",
+                                      log_interval)
 
     async def start(self) -> None:
         if self.fixed is not None:

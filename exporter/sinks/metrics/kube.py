@@ -1,0 +1,64 @@
+"""The Kubernetes list/watch reflectors' health, as the catalog's `zaroz_kube_*` metrics.
+
+`scope` is the watched namespace, or `*` for a cluster-wide reflector (not a valid namespace
+name, so never ambiguous; and not `namespace`, which Prometheus's own target labels would shadow).
+"""
+
+from __future__ import annotations
+
+from exporter.catalog import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES
+from exporter.sinks.metrics.family import Registry
+
+ALL_NAMESPACES = "*"
+
+
+def scope_label(namespace: str | None) -> str:
+    return namespace or ALL_NAMESPACES
+
+
+class KubeMetrics:
+    """Small calls a reflector makes; one place that knows the metric names."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._requests = registry["zaroz_kube_requests_total"]
+        self._failures = registry["zaroz_kube_failures_total"]
+        self._relists = registry["zaroz_kube_relists_total"]
+        self._objects = registry["zaroz_kube_objects"]
+        self._synced = registry["zaroz_kube_synced"]
+        self._events = registry["zaroz_kube_watch_events_total"]
+        self._last_event = registry["zaroz_kube_last_watch_event_timestamp_seconds"]
+
+    def start(self, scope: str) -> None:
+        """A reflector starts: its series exist (at 0) before its first answer."""
+        self._synced.labels(scope)
+        self._objects.labels(scope)
+        for reason in KUBE_RELIST_REASONS:
+            self._relists.labels(scope, reason)
+
+    def request(self, scope: str, verb: str, result: str) -> None:
+        self._requests.labels(scope, verb, result).inc()
+
+    def failure(self, scope: str, verb: str, reason: str) -> None:
+        self._failures.labels(scope, verb, reason).inc()
+
+    def relist(self, scope: str, reason: str) -> None:
+        self._relists.labels(scope, reason).inc()
+
+    def objects(self, scope: str, n: int) -> None:
+        self._objects.labels(scope).set(n)
+
+    def synced(self, scope: str, value: bool) -> None:
+        self._synced.labels(scope).set(1 if value else 0)
+
+    def event(self, scope: str, type_: str, unix_time: float) -> None:
+        t = type_ if type_ in KUBE_WATCH_EVENT_TYPES else "unknown"
+        self._events.labels(scope, t).inc()
+        self._last_event.labels(scope).set(unix_time)
+
+    def forget(self, scope: str) -> None:
+        """A reflector stopped for good: drop its series so they do not go stale."""
+        for fam in (self._objects, self._synced, self._last_event):
+            fam.remove(scope)
+        for fam in (self._requests, self._failures, self._relists, self._events):
+            for values in [v for v in fam.series if v[0] == scope]:
+                fam.remove(*values)

@@ -1,0 +1,304 @@
+"""LIST and WATCH requests for one resource: the only module that knows the API server's HTTP shape.
+
+Callers get decoded pages and events, or exceptions that say what to do next, each with a short
+bounded `result` label (the HTTP status as `status_result` bounds it, or a transport kind).
+
+A watch is read as raw chunks split on newlines by hand: a line may span chunks, and a stream
+that ends inside a line was cut, so the fragment is an error, never an event. Each line is one
+`orjson.loads`; objects are not decoded into models or parsed twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from exporter.sources.kube.config import CredentialsError, KubeAccess
+from exporter.sources.route import parse_retry_after, status_result
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+
+    def path(self, namespace: str | None) -> str:
+        prefix = f"/apis/{self.group}/{self.version}"
+        if namespace:
+            return f"{prefix}/namespaces/{quote(namespace, safe='')}/{self.plural}"
+        return f"{prefix}/{self.plural}"
+
+
+UNITSIGNALS = Resource("units.zaroz.cloud", "v1", "unitsignals")
+
+
+@dataclass(frozen=True)
+class ListPage:
+    items: list[Any]
+    resource_version: str
+    continue_token: str | None  # None: the last page
+    result: str = "200"
+
+
+class KubeError(Exception):
+    """A request or stream that gave nothing usable; `result` is its label value."""
+
+    result: str = "error"
+
+
+class Expired(KubeError):
+    """410 (an answer or a watch ERROR event): the resourceVersion or continue token is too old."""
+
+    result = "410"
+
+
+class RetryLater(KubeError):
+    """408, 429 and 5xx: try again, not before `retry_after` seconds when given."""
+
+    def __init__(self, status: int, retry_after: float | None, message: str = "") -> None:
+        super().__init__(f"HTTP {status} {message}".rstrip() + f", retry after {retry_after}")
+        self.status = status
+        self.retry_after = retry_after
+        self.result = status_result(status)
+
+
+class Unauthorized(KubeError):
+    """401 or 403: credentials missing, wrong, expired, or lacking list/watch rights."""
+
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(f"HTTP {status} {message}".rstrip())
+        self.status = status
+        self.result = status_result(status)
+
+
+class Rejected(KubeError):
+    """Another 4xx (e.g. 400 bad label selector, 404 CRD not installed): retrying unchanged will
+    not help soon."""
+
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(f"HTTP {status} {message}".rstrip())
+        self.status = status
+        self.result = status_result(status)
+
+
+class CredentialsUnavailable(KubeError):
+    """No credentials to send; the request was not sent."""
+
+    result = "credentials"
+
+
+class TransportError(KubeError):
+    """No usable answer: `kind` is timeout, connection, truncated or invalid_body."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.result = kind
+
+
+def _status_error(code: int, body: Any, headers: Mapping[str, str] | None) -> KubeError:
+    """The exception for a failed answer or a watch ERROR event (a `Status` object)."""
+    message = body.get("message") if type(body) is dict else None
+    message = message if type(message) is str else ""
+    if code == 410:
+        return Expired(message or "resource version expired")
+    if code in (408, 429) or code >= 500:
+        retry_after = parse_retry_after(headers.get("Retry-After")) if headers else None
+        if retry_after is None and type(body) is dict:
+            details = body.get("details")
+            ra = details.get("retryAfterSeconds") if type(details) is dict else None
+            if type(ra) is int and ra > 0:
+                retry_after = float(ra)
+        return RetryLater(code, retry_after, message)
+    if code in (401, 403):
+        return Unauthorized(code, message)
+    return Rejected(code, message)
+
+
+def _transport(e: BaseException) -> TransportError:
+    if isinstance(e, TimeoutError):
+        return TransportError("timeout", str(e) or "no answer in time")
+    if isinstance(e, aiohttp.ClientPayloadError):
+        return TransportError("truncated", str(e))
+    return TransportError("connection", f"{e.__class__.__name__}: {e}")
+
+
+class WatchStream:
+    """The events of one open watch, decoded; ends when the server ends the stream."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Close with `contextlib.aclosing` when not read to the end."""
+        buf = b""
+        try:
+            async for chunk in self._resp.content.iter_any():
+                buf += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _decode_event(line)
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise _transport(e) from e
+        if buf.strip():
+            raise TransportError("truncated", f"stream ended inside a line ({len(buf)} bytes)")
+
+
+def _decode_event(line: bytes) -> dict[str, Any]:
+    try:
+        ev = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise TransportError("invalid_body", "watch line is not JSON") from e
+    if type(ev) is not dict or type(ev.get("type")) is not str:
+        raise TransportError("invalid_body", "watch line is not an event")
+    if ev["type"] == "ERROR":
+        obj = ev.get("object")
+        code = obj.get("code") if type(obj) is dict else None
+        raise _status_error(code if type(code) is int else 500, obj, None)
+    if type(ev.get("object")) is not dict:
+        raise TransportError("invalid_body", "watch event without an object")
+    return ev
+
+
+class KubeApi:
+    """LIST and WATCH of one resource over a shared aiohttp session.
+
+    The session is the caller's; every reflector holds one watch connection open at a time.
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        access: KubeAccess,
+        resource: Resource = UNITSIGNALS,
+        *,
+        request_timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.session = session
+        self.access = access
+        self.resource = resource
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self._options = access.request_options()
+
+    def url(self, namespace: str | None) -> str:
+        return self.access.base_url + self.resource.path(namespace)
+
+    async def list(
+        self,
+        namespace: str | None,
+        *,
+        limit: int,
+        continue_token: str | None = None,
+        label_selector: str | None = None,
+    ) -> ListPage:
+        """One page of a LIST; without a resourceVersion, so a consistent (quorum) read."""
+        params = {"limit": str(limit)}
+        if continue_token:
+            params["continue"] = continue_token
+        if label_selector:
+            params["labelSelector"] = label_selector
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout,
+                                        sock_connect=self.connect_timeout)
+        try:
+            async with self._get(namespace, params, timeout) as resp:
+                raw = await resp.read()
+                status, headers = resp.status, resp.headers
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise _transport(e) from e
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError as e:
+            if status == 200:
+                raise TransportError("invalid_body", "list is not JSON") from e
+            body = None
+        if status != 200:
+            self._refused(status)
+            raise _status_error(status, body, headers)
+        if type(body) is not dict:
+            raise TransportError("invalid_body", "list is not an object")
+        items, meta = body.get("items"), body.get("metadata")
+        if items is None:
+            items = []
+        rv = meta.get("resourceVersion") if type(meta) is dict else None
+        if type(items) is not list or type(rv) is not str or not rv:
+            raise TransportError("invalid_body", "list without items or metadata.resourceVersion")
+        cont = meta.get("continue")
+        return ListPage(items, rv, cont if type(cont) is str and cont else None)
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        timeout_seconds: int,
+        label_selector: str | None = None,
+        idle_timeout: float | None = None,
+        margin: float = 30.0,
+    ) -> AsyncIterator[WatchStream]:
+        """An open WATCH from `resource_version`, with bookmarks; the server ends it after
+        `timeout_seconds`, the client gives up `margin` seconds later, or after `idle_timeout`
+        seconds without a byte."""
+        if not resource_version:
+            raise ValueError("a watch needs a resourceVersion (else it replays everything)")
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if label_selector:
+            params["labelSelector"] = label_selector
+        timeout = aiohttp.ClientTimeout(
+            total=timeout_seconds + margin,
+            sock_connect=self.connect_timeout,
+            sock_read=idle_timeout,
+        )
+        try:
+            async with self._get(namespace, params, timeout) as resp:
+                if resp.status != 200:
+                    raw = await resp.read()
+                    self._refused(resp.status)
+                    try:
+                        body = orjson.loads(raw) if raw else None
+                    except orjson.JSONDecodeError:
+                        body = None
+                    raise _status_error(resp.status, body, resp.headers)
+                yield WatchStream(resp)
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise _transport(e) from e
+
+    @contextlib.asynccontextmanager
+    async def _get(
+        self, namespace: str | None, params: dict[str, str], timeout: aiohttp.ClientTimeout
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        try:
+            headers = await self.access.auth.headers()
+        except CredentialsError as e:
+            raise CredentialsUnavailable(str(e)) from e
+        headers["Accept"] = "application/json"
+        async with self.session.get(
+            self.url(namespace),
+            params=params,
+            headers=headers,
+            timeout=timeout,
+            allow_redirects=False,
+            **self._options,
+        ) as resp:
+            yield resp
+
+    def _refused(self, status: int) -> None:
+        if status == 401:
+            self.access.auth.invalidate()

@@ -1,0 +1,349 @@
+"""The list/watch reflector against the Kubernetes emulator: sync, resume, relist, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from exporter.sim.kube import KubeEmulator
+from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.kube import KubeMetrics
+from exporter.sources.backoff import Backoff
+from exporter.sources.kube.api import KubeApi
+from exporter.sources.kube.config import from_url
+from exporter.sources.kube.handler import Store
+from exporter.sources.kube.reflector import KubeSource, Reflector
+
+WL = "units.zaroz.cloud/workload"
+
+
+def spec(unit: str, gen: int = 1) -> dict[str, Any]:
+    return {"unitId": unit, "generation": gen}
+
+
+def server_state(emu: KubeEmulator, ns: str | None = None, selector: Callable[[dict], bool] | None
+                 = None) -> dict[tuple[str, str], str]:
+    out = {}
+    for obj in emu.store.objects.values():
+        meta = obj["metadata"]
+        if (ns is None or meta["namespace"] == ns) and (selector is None or selector(obj)):
+            out[(meta["namespace"], meta["name"])] = meta["resourceVersion"]
+    return out
+
+
+async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+class Sleeps:
+    """Records every pause the reflector asks for and waits only a moment."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[KubeEmulator]:
+    e = KubeEmulator(seed=1, bookmark_interval_s=0.05)
+    e.url = await e.start()  # type: ignore[attr-defined]
+    yield e
+    await e.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+def reflector(emu: KubeEmulator, session: aiohttp.ClientSession, store: Store,
+              **kw: Any) -> tuple[Reflector, Sleeps]:
+    sleeps = Sleeps()
+    api = KubeApi(session, from_url(emu.url), request_timeout=5)  # type: ignore[attr-defined]
+    opts: dict[str, Any] = {"page_size": 10, "watch_timeout": 30, "sleep": sleeps,
+                            "backoff": Backoff(0.01, 0.05)}
+    opts.update(kw)
+    return Reflector(api, store, **opts), sleeps
+
+
+def populate(emu: KubeEmulator, n: int = 25) -> None:
+    for i in range(n):
+        ns = "a" if i % 2 else "b"
+        emu.create(ns, f"us-{i:03d}", spec(f"u{i}"), labels={WL: "web" if i % 3 else "batch"})
+
+
+async def synced(r: Reflector) -> Reflector:
+    r.start()
+    await until(lambda: r.synced)
+    return r
+
+
+async def test_initial_paginated_sync(emu, session):
+    populate(emu)
+    store = Store()
+    registry = Registry()
+    r, _ = reflector(emu, session, store, metrics=KubeMetrics(registry))
+    await synced(r)
+    try:
+        assert store.versions() == server_state(emu)
+        assert store.calls == {"replace": 1, "upsert": 0, "delete": 0}
+        lists = [q.query for q in emu.request_log if q.kind == "list"]
+        assert len(lists) == 3 and all(q["limit"] == "10" for q in lists)
+        assert "continue" not in lists[0] and all("continue" in q for q in lists[1:])
+        assert all("resourceVersion" not in q for q in lists)
+        assert r.resource_version == str(emu.resource_version)
+        assert r.relists == {"initial": 1}
+        await until(lambda: emu.count("watch") == 1)
+        fam = registry["zaroz_kube_objects"]
+        assert fam.series[("*",)].value == 25
+        assert registry["zaroz_kube_synced"].series[("*",)].value == 1
+        assert registry["zaroz_kube_requests_total"].series[("*", "list", "200")].value == 3
+        assert registry["zaroz_kube_relists_total"].series[("*", "initial")].value == 1
+        assert registry["zaroz_kube_relists_total"].series[("*", "expired")].value == 0
+    finally:
+        await r.stop()
+
+
+async def test_watch_applies_changes_and_never_starts_without_a_version(emu, session):
+    populate(emu, 3)
+    store = Store()
+    registry = Registry()
+    r, _ = reflector(emu, session, store, metrics=KubeMetrics(registry))
+    await synced(r)
+    try:
+        await until(lambda: emu.count("watch") == 1)
+        emu.create("a", "new", spec("n"))
+        emu.update_spec("a", "new", spec("n", 2))
+        emu.patch_status("a", "new", {"observedGeneration": 2})
+        emu.delete("b", "us-000")
+        await until(lambda: store.versions() == server_state(emu))
+        assert store.calls == {"replace": 1, "upsert": 3, "delete": 1}
+        assert store.objects[("a", "new")]["status"] == {"observedGeneration": 2}
+        assert isinstance(store.last_now, float) and store.last_now > 1e9
+        for q in emu.request_log:
+            if q.kind == "watch":
+                assert q.query["resourceVersion"] not in ("", "0")
+                assert q.query["allowWatchBookmarks"] == "true"
+                assert 30 <= int(q.query["timeoutSeconds"]) <= 36
+        events = registry["zaroz_kube_watch_events_total"]
+        assert events.series[("*", "ADDED")].value == 1
+        assert events.series[("*", "MODIFIED")].value == 2
+        assert events.series[("*", "DELETED")].value == 1
+        assert registry["zaroz_kube_objects"].series[("*",)].value == 3
+        assert registry["zaroz_kube_last_watch_event_timestamp_seconds"].series[("*",)].value \
+            > 1e9
+    finally:
+        await r.stop()
+
+
+async def test_resumed_watch_replays_nothing_and_bookmarks_advance_the_version(emu, session):
+    populate(emu, 6)
+    store = Store()
+    r, _ = reflector(emu, session, store, namespace="a", watch_timeout=1, watch_jitter=0)
+    await synced(r)
+    try:
+        await until(lambda: emu.count("watch") == 1)
+        listed_rv = r.resource_version
+        # Writes outside the namespace are never shown, but bookmarks carry their versions.
+        emu.create("b", "elsewhere", spec("x"))
+        target = str(emu.resource_version)
+        await until(lambda: r.resource_version == target)
+        assert store.calls["upsert"] == 0 and r.resource_version != listed_rv
+        emu.faults.cut_watch(after_events=2)  # the next watch (the open one ends within 1 s)
+        await until(lambda: emu.count("watch") >= 2)
+        for i in range(5):
+            emu.update_spec("a", "us-001", spec("u1", i + 2))
+        await until(lambda: store.versions() == server_state(emu, "a"))
+        await until(lambda: emu.count("watch") >= 4)
+        assert emu.count("list") == 1  # no relist
+        assert store.calls == {"replace": 1, "upsert": 5, "delete": 0}  # no ADDED storm
+        watches = [q.query["resourceVersion"] for q in emu.request_log if q.kind == "watch"]
+        assert watches[0] == listed_rv
+        # Each resumed watch starts at the last version the previous one delivered.
+        assert all(int(b) >= int(a) for a, b in itertools.pairwise(watches))
+        assert int(watches[1]) >= int(target)
+        assert r.relists == {"initial": 1}
+    finally:
+        await r.stop()
+
+
+async def test_expired_version_relists_and_drops_objects_deleted_meanwhile(emu, session):
+    populate(emu, 8)
+    store = Store()
+    registry = Registry()
+    r, _ = reflector(emu, session, store, metrics=KubeMetrics(registry), watch_timeout=1)
+    await synced(r)
+    await until(lambda: emu.count("watch") == 1)
+    await r.stop()
+    emu.delete("a", "us-001")
+    emu.delete("b", "us-002")
+    emu.create("a", "late", spec("l"))
+    emu.compact()
+    r.start()
+    try:
+        await until(lambda: store.versions() == server_state(emu))
+        assert ("a", "us-001") not in store.objects and ("a", "late") in store.objects
+        assert r.relists == {"initial": 1, "expired": 1}
+        assert store.calls["replace"] == 2 and store.calls["delete"] == 0
+        assert registry["zaroz_kube_relists_total"].series[("*", "expired")].value == 1
+        assert r.failures["watch:410"] == 1
+        # A 410 as an ERROR event inside a 200 stream relists too.
+        emu.faults.expire_watch()
+        await until(lambda: r.relists["expired"] == 2)
+        await until(lambda: r.resource_version is not None and r.synced)
+        emu.create("b", "after", spec("z"))
+        await until(lambda: store.versions() == server_state(emu))
+    finally:
+        await r.stop()
+
+
+async def test_retry_after_is_honoured(emu, session):
+    populate(emu, 3)
+    emu.faults.status(429, retry_after=7, on="list")
+    store = Store()
+    r, sleeps = reflector(emu, session, store, watch_timeout=1)
+    await synced(r)
+    try:
+        assert sleeps.delays and 7 <= sleeps.delays[0] <= 7 * 1.1 + 0.05
+        assert r.requests["list:429"] == 1 and store.versions() == server_state(emu)
+        emu.faults.status(503, retry_after=3, on="watch")
+        await until(lambda: r.requests["watch:503"] == 1)
+        await until(lambda: len(sleeps.delays) >= 2)
+        assert sleeps.delays[1] >= 3
+    finally:
+        await r.stop()
+
+
+async def test_errors_and_drops_lose_and_duplicate_nothing(emu, session):
+    populate(emu, 12)
+    emu.faults.status(500, on="list")
+    emu.faults.drop(on="list", times=2)
+    store = Store()
+    r, _ = reflector(emu, session, store, page_size=5, watch_timeout=1)
+    await synced(r)
+    try:
+        assert store.versions() == server_state(emu)
+        emu.faults.status(500, on="watch", times=2)
+        emu.faults.drop(on="watch", times=2)
+        emu.faults.cut_watch(after_events=1, times=3)
+        changes = 0
+        for i in range(12):
+            await asyncio.sleep(0.01)
+            emu.update_spec("a" if i % 2 else "b", f"us-{i:03d}", spec(f"u{i}", 5))
+            changes += 1
+        emu.delete("a", "us-003")
+        await until(lambda: store.versions() == server_state(emu))
+        await until(lambda: not emu.faults.pending)
+        await asyncio.sleep(0.05)
+        assert emu.count("list") == 3 + 3  # 1 failed, 2 dropped (1 retried by aiohttp), 3 pages
+        assert store.calls == {"replace": 1, "upsert": changes, "delete": 1}
+        assert r.relists == {"initial": 1}
+        assert r.failures["watch:500"] == 2 and r.failures["watch:connection"] >= 1
+        assert store.versions() == server_state(emu)
+    finally:
+        await r.stop()
+
+
+async def test_truncated_watch_line_is_not_data(emu, session):
+    populate(emu, 2)
+    store = Store()
+    r, _ = reflector(emu, session, store, watch_timeout=1, watch_jitter=0)
+    await synced(r)
+    try:
+        await until(lambda: emu.count("watch") == 1)
+        emu.faults.truncate(on="watch", after_events=1)
+        await until(lambda: emu.count("watch") == 2)
+        emu.create("a", "x1", spec("1"))
+        emu.create("a", "x2", spec("2"))  # cut in half on the wire
+        emu.create("a", "x3", spec("3"))
+        await until(lambda: store.versions() == server_state(emu))
+        assert r.failures["watch:truncated"] == 1
+        assert store.calls["upsert"] == 3 and r.relists == {"initial": 1}
+    finally:
+        await r.stop()
+
+
+async def test_expired_continue_token_restarts_the_list(emu, session):
+    populate(emu, 25)
+    emu.faults.expire_continue()
+    store = Store()
+    r, _ = reflector(emu, session, store)
+    await synced(r)
+    try:
+        lists = [q.query for q in emu.request_log if q.kind == "list"]
+        # page 1, page 2 refused (410), then pages 1, 2, 3 again
+        assert len(lists) == 5 and "continue" not in lists[2]
+        assert r.requests["list:410"] == 1
+        assert store.calls["replace"] == 1 and store.versions() == server_state(emu)
+    finally:
+        await r.stop()
+
+
+async def test_namespaces_and_label_selector_are_passed(emu, session):
+    populate(emu, 20)
+    emu.create("c", "other-ns", spec("c"), labels={WL: "web"})
+    stores: dict[str | None, Store] = {}
+
+    def handler_for(ns: str | None) -> Store:
+        return stores.setdefault(ns, Store())
+
+    api = KubeApi(session, from_url(emu.url))  # type: ignore[attr-defined]
+    src = KubeSource(api, handler_for, namespaces=["a", "b", "a"],
+                     label_selector=f"{WL}=web", page_size=4, watch_timeout=30)
+    assert [r.namespace for r in src.reflectors] == ["a", "b"]
+    assert src.readiness()[0] is False
+    src.start()
+    try:
+        await until(lambda: src.synced)
+        assert src.readiness() == (True, "unitsignals synced in 2 scopes")
+
+        def web(obj: dict) -> bool:
+            return obj["metadata"].get("labels", {}).get(WL) == "web"
+
+        for ns in ("a", "b"):
+            assert stores[ns].versions() == server_state(emu, ns, web)
+        for q in emu.request_log:
+            if q.kind in ("list", "watch"):
+                assert q.path.split("/")[5] in ("a", "b")
+                assert q.query["labelSelector"] == f"{WL}=web"
+        # Relabelling out of the selector is a DELETED for this watcher.
+        name = next(iter(stores["a"].objects))[1]
+        emu.set_labels("a", name, {WL: "batch"})
+        await until(lambda: ("a", name) not in stores["a"].objects)
+        assert stores["a"].versions() == server_state(emu, "a", web)
+    finally:
+        await src.stop()
+
+
+async def test_unauthorized_is_retried_slowly(emu, session, tmp_path):
+    emu.token = "right"
+    tok = tmp_path / "token"
+    tok.write_text("wrong\n")
+    store = Store()
+    sleeps = Sleeps()
+    api = KubeApi(session, from_url(emu.url, tok))  # type: ignore[attr-defined]
+    r = Reflector(api, store, sleep=sleeps, backoff=Backoff(0.01, 0.05), attention_delay=5)
+    r.start()
+    try:
+        await until(lambda: len(sleeps.delays) >= 2)
+        # The first 401 is retried soon (credentials were reloaded), the next ones slowly.
+        assert sleeps.delays[0] < 1 and sleeps.delays[1] >= 5 and not r.synced
+        assert r.requests["list:401"] >= 2
+        tok.write_text("right\n")
+        await until(lambda: r.synced)
+    finally:
+        await r.stop()
