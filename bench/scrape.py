@@ -1,14 +1,18 @@
 """A scrape of a million series: our exposition against prometheus_client's, same labels.
 
-Both registries hold the same series (a labelled gauge family plus labelled histograms). Each is
-rendered once (warm-up), then every round changes 1% of the series on both sides and times one
+Both registries hold the same series (a labelled gauge family plus labelled histograms). Ours is
+rendered once (warm-up); then every round changes 1% of the series on both sides and times one
 scrape of each, in rotating order. Ours re-renders only the changed lines and joins cached bytes;
-prometheus_client formats every sample on every scrape. Then memory (tracemalloc peak of a scrape,
-RSS held by each registry, RSS peak of a scrape) and the full HTTP scrape on loopback: our aiohttp
-`MetricsServer` against prometheus_client's `start_http_server`, plain and gzip, fetched by curl in
-another process (the 2 cores serve one side each).
+prometheus_client formats every sample on every scrape.
+
+Memory: tracemalloc peak of one scrape (prometheus_client's with --trace-prom only: tracing makes
+its scrape ~6x slower), and RSS from two child processes, one side each, run before the timing:
+RSS a registry holds, RSS a scrape adds. HTTP: the full scrape through `MetricsServer` (aiohttp)
+on loopback, identity and gzip, fetched by curl in another process; --prom-http adds
+prometheus_client's `start_http_server` (its gzip is level 9, ~30 s a round at 1M series).
 
 Run: python -m bench.scrape [--series N] [--histograms H] [--repeat K] [--http-repeat K]
+                            [--prom-http] [--trace-prom]
 """
 
 from __future__ import annotations
@@ -16,18 +20,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import random
+import resource
 import shutil
+import subprocess
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client import disable_created_metrics as prom_disable_created
 
 from bench._common import (
+    child_env,
     header,
     interleaved,
     mib,
@@ -63,10 +72,9 @@ class Side:
     observe: Callable[[tuple[str, ...], float], None]
     scrape: Callable[[], bytes]
     build_s: float = 0.0
-    held_rss: int = 0  # KiB
+    first_s: float = 0.0
     rounds: int = 0
     size: int = 0
-    hwm: list[int] = field(default_factory=list)  # KiB above the pre-scrape RSS, per scrape
 
 
 def label_values(series: int, histograms: int, seed: int) -> tuple[list[tuple[str, ...]], ...]:
@@ -142,14 +150,16 @@ def build_prom(
     return side, reg
 
 
-def measured_build(build: Callable[[], tuple[Side, R]]) -> tuple[Side, R]:
-    """Build one side, noting its time and the RSS it holds afterwards."""
+def measured_build(build: Callable[[], tuple[Side, R]], warm_up: bool) -> tuple[Side, R]:
+    """Build one side, noting its time; ours is rendered once (the warm-up scrape)."""
     gc.collect()
-    rss0, t = proc_status_kib("VmRSS"), time.perf_counter()
+    t = time.perf_counter()
     side, reg = build()
     side.build_s = time.perf_counter() - t
-    gc.collect()
-    side.held_rss = proc_status_kib("VmRSS") - rss0
+    if warm_up:
+        t = time.perf_counter()
+        side.size = len(side.scrape())
+        side.first_s = time.perf_counter() - t
     return side, reg
 
 
@@ -166,12 +176,9 @@ def change(side: Side, gauges: list[tuple[str, ...]], hists: list[tuple[str, ...
 def timed_scrape(side: Side, gauges: list[tuple[str, ...]], hists: list[tuple[str, ...]]) -> float:
     change(side, gauges, hists)
     gc.collect()
-    reset_peak_rss()
-    rss0 = proc_status_kib("VmRSS")
     t = time.perf_counter()
     out = side.scrape()
     elapsed = time.perf_counter() - t
-    side.hwm.append(proc_status_kib("VmHWM") - rss0)
     side.size = len(out)
     del out
     return elapsed
@@ -192,6 +199,55 @@ def traced_peak(side: Side, gauges: list[tuple[str, ...]], hists: list[tuple[str
 CURL_FORMAT = "%{time_starttransfer} %{time_total} %{size_download} %{http_code}"
 
 
+def child(which: str, series: int, histograms: int) -> None:
+    """One side alone in a fresh process, so its RSS figures are its own: RSS held after building
+    and rendering once, then the RSS a scrape adds on top (VmHWM reset just before it)."""
+    prom_disable_created()
+    gauges, hists = label_values(series, histograms, seed=7)
+    gc.collect()
+    base = proc_status_kib("VmRSS")
+    build = build_zaroz if which == "zaroz" else build_prom
+    side, _ = build(gauges, hists)
+    side.scrape()
+    change(side, gauges, hists)
+    gc.collect()
+    held = proc_status_kib("VmRSS")
+    reset_ok = reset_peak_rss()
+    out = side.scrape()
+    peak = proc_status_kib("VmHWM")
+    del out
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(json.dumps({"labels": base, "held": held - base, "scrape": peak - held,
+                      "hwm_reset": reset_ok, "maxrss": maxrss}))
+
+
+def start_children(series: int, histograms: int) -> dict[str, subprocess.Popen[str]]:
+    """Both memory children at once: only their memory is read, and they finish before timing."""
+    return {
+        which: subprocess.Popen(
+            [sys.executable, "-m", "bench.scrape", "--child", which, "--series", str(series),
+             "--histograms", str(histograms)],
+            stdout=subprocess.PIPE, text=True, env=child_env(),
+        )
+        for which in ("zaroz", "prom")
+    }
+
+
+def memory_rows(children: dict[str, subprocess.Popen[str]]) -> list[list[str]]:
+    rows = [["memory (own process each)", "RSS labels alone", "RSS held by registry",
+             "RSS added by a scrape", "ru_maxrss of process"]]
+    for which, proc in children.items():
+        out, _ = proc.communicate()
+        if proc.returncode:
+            raise RuntimeError(f"memory child {which} failed ({proc.returncode})")
+        r = json.loads(out)
+        name = "zaroz render" if which == "zaroz" else "prometheus_client generate_latest"
+        added = mib(r["scrape"] * 1024) if r["hwm_reset"] else "n/a (no clear_refs)"
+        rows.append([name, mib(r["labels"] * 1024), mib(r["held"] * 1024), added,
+                     mib(r["maxrss"] * 1024)])
+    return rows
+
+
 async def curl(url: str, gz: bool) -> tuple[float, float, int]:
     """Time to first byte, total time and body bytes as received (compressed when gzip)."""
     cmd = ["curl", "-sS", "-o", "/dev/null", "-w", CURL_FORMAT, url]
@@ -207,45 +263,49 @@ async def curl(url: str, gz: bool) -> tuple[float, float, int]:
 
 async def http_rounds(
     zaroz: tuple[Side, Registry],
-    prom: tuple[Side, CollectorRegistry],
+    prom: tuple[Side, CollectorRegistry] | None,
     gauges: list[tuple[str, ...]],
     hists: list[tuple[str, ...]],
     repeat: int,
 ) -> list[list[str]]:
-    from prometheus_client import start_http_server
-
+    """Identity against gzip on our server; prometheus_client's own server too when given."""
     zside, zreg = zaroz
-    pside, preg = prom
     runner, base = await start_site(MetricsServer(zreg).app, "127.0.0.1:0")
-    httpd, _ = start_http_server(0, addr="127.0.0.1", registry=preg)
-    purl = f"http://127.0.0.1:{httpd.server_port}/metrics"
-    raw = {zside.name: zside.size, pside.name: pside.size}
     cases = [
         ("MetricsServer (aiohttp)", zside, f"{base}/metrics", False),
         ("MetricsServer (aiohttp)", zside, f"{base}/metrics", True),
-        ("prometheus_client http", pside, purl, False),
-        ("prometheus_client http", pside, purl, True),
     ]
+    httpd = None
+    if prom is not None:
+        from prometheus_client import start_http_server
+
+        httpd, _ = start_http_server(0, addr="127.0.0.1", registry=prom[1])
+        purl = f"http://127.0.0.1:{httpd.server_port}/metrics"
+        cases += [
+            ("prometheus_client http", prom[0], purl, False),
+            ("prometheus_client http", prom[0], purl, True),
+        ]
     results: dict[int, list[tuple[float, float, int]]] = {i: [] for i in range(len(cases))}
     try:
         for r in range(repeat):
             order = list(range(len(cases)))
-            for i in order[r % len(order):] + order[: r % len(order)]:
+            for i in order[r % len(order) :] + order[: r % len(order)]:
                 _, side, url, gz = cases[i]
                 change(side, gauges, hists)
                 gc.collect()
                 results[i].append(await curl(url, gz))
     finally:
-        httpd.shutdown()
+        if httpd is not None:
+            httpd.shutdown()
         await runner.cleanup()
-    rows = [["HTTP scrape (curl, loopback)", "encoding", "first byte", "total (median)",
-             "bytes on wire", "vs raw"]]
+    rows = [["HTTP scrape (curl, loopback)", "encoding", "first byte", "total best (median)",
+             "bytes on wire", "wire / raw"]]
     for i, (name, side, _, gz) in enumerate(cases):
         res = results[i]
         best = min(res, key=lambda x: x[1])
         med = sorted(x[1] for x in res)[len(res) // 2]
         total = f"{ms(best[1])} ({ms(med)})"
-        wire = f"{best[2] / raw[side.name]:.3f}"
+        wire = f"{best[2] / side.size:.3f}"
         rows.append([name, "gzip" if gz else "identity", ms(best[0]), total, f"{best[2]:,}", wire])
     return rows
 
@@ -255,50 +315,60 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--series", type=int, default=1_000_000, help="labelled gauge series")
     ap.add_argument("--histograms", type=int, default=10_000, help="labelled histogram series")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved in-process scrape rounds")
-    ap.add_argument("--http-repeat", type=int, default=2, help="interleaved HTTP rounds (0: skip)")
+    ap.add_argument("--http-repeat", type=int, default=3, help="interleaved HTTP rounds (0: skip)")
+    ap.add_argument("--prom-http", action="store_true",
+                    help="also scrape prometheus_client's HTTP server (+~30 s a round at 1M)")
+    ap.add_argument("--trace-prom", action="store_true",
+                    help="also tracemalloc prometheus_client's scrape (~6x its scrape time)")
+    ap.add_argument("--child", choices=("zaroz", "prom"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        child(args.child, args.series, args.histograms)
+        return
 
     header("scrape")
+    t0 = time.perf_counter()
+    children = start_children(args.series, args.histograms)
+    mem = memory_rows(children)  # before any timing: the children use both cores
+    print(f"memory children done in {time.perf_counter() - t0:.0f} s", flush=True)
     prom_disable_created()  # no _created samples: the same lines on both sides
     t = time.perf_counter()
     gauges, hists = label_values(args.series, args.histograms, seed=7)
-    rss = mib(proc_status_kib("VmRSS") * 1024)
     print(f"labels for {len(gauges):,} gauge + {len(hists):,} histogram series in "
-          f"{time.perf_counter() - t:.1f} s; RSS {rss}", flush=True)
-    zaroz = measured_build(lambda: build_zaroz(gauges, hists))
-    prom = measured_build(lambda: build_prom(gauges, hists))
+          f"{time.perf_counter() - t:.1f} s", flush=True)
+    zaroz = measured_build(lambda: build_zaroz(gauges, hists), warm_up=True)
+    prom = measured_build(lambda: build_prom(gauges, hists), warm_up=False)
     zside, pside = zaroz[0], prom[0]
-    for side in (zside, pside):  # warm-up: everything rendered once
-        t = time.perf_counter()
-        side.size = len(side.scrape())
-        first = ms(time.perf_counter() - t)
-        print(f"{side.name}: built in {side.build_s:.1f} s, first scrape {first}, "
-              f"{side.size:,} bytes", flush=True)
-
+    print(f"{zside.name}: built in {zside.build_s:.1f} s, first (full) scrape "
+          f"{ms(zside.first_s)}; {pside.name}: built in {pside.build_s:.1f} s", flush=True)
+    sides = (zside, pside) if args.trace_prom else (zside,)
+    peaks = {s.name: mib(traced_peak(s, gauges, hists)) for s in sides}
     times = interleaved(
         {s.name: (lambda s=s: timed_scrape(s, gauges, hists)) for s in (zside, pside)}, args.repeat
     )
-    peaks = {s.name: traced_peak(s, gauges, hists) for s in (zside, pside)}
     print(f"\nscrape after changing {CHANGED:.0%} of series, best of {args.repeat}, interleaved")
-    rows = [["in-process scrape", "time best (median, max)", "bytes", "tracemalloc peak",
-             "RSS held by registry", "RSS peak of scrape"]]
+    rows = [["in-process scrape", "time best (median, max)", "bytes", "tracemalloc peak"]]
     for s in (zside, pside):
-        rows.append([s.name, spread(times[s.name]), f"{s.size:,}", mib(peaks[s.name]),
-                     mib(s.held_rss * 1024), mib(max(s.hwm) * 1024)])
+        peak = peaks.get(s.name, "(--trace-prom)")
+        rows.append([s.name, spread(times[s.name]), f"{s.size:,}", peak])
     print(table(rows))
     ratio = min(times[pside.name]) / min(times[zside.name])
-    print(f"prometheus_client / zaroz scrape time = {ratio:.1f}x; "
-          f"process VmHWM {mib(proc_status_kib('VmHWM') * 1024)} (since the last reset)\n",
-          flush=True)
+    print(f"prometheus_client / zaroz scrape time = {ratio:.1f}x\n")
+    print(table(mem))
+    print("(RSS added by a scrape: VmHWM above the RSS just before it; memory the process had "
+          "freed earlier is reused without counting)\n", flush=True)
 
     if args.http_repeat > 0:
         if shutil.which("curl") is None:
             print("HTTP scrape skipped: curl not found")
             return
-        rows = asyncio.run(http_rounds(zaroz, prom, gauges, hists, args.http_repeat))
+        rows = asyncio.run(
+            http_rounds(zaroz, prom if args.prom_http else None, gauges, hists, args.http_repeat)
+        )
         print(f"HTTP scrape after changing {CHANGED:.0%} of series, best of {args.http_repeat}, "
               "interleaved")
         print(table(rows))
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -384,6 +384,58 @@ METRICS: tuple[Metric, ...] = (
         "Unix time of the last watch event (bookmarks included) the reflector received.",
         ("scope",), unit="seconds", group="kube",
     ),
+    # Webhooks and checkpoints
+    Metric(
+        "zaroz_webhook_deliveries_total", Kind.COUNTER,
+        "Webhook deliveries by result: accepted, duplicate, ping, invalid (signed but failing "
+        "the schema), ignored (workload not tailed), or refused: missing_signature, "
+        "bad_signature, stale_timestamp, future_timestamp, no_secret, too_large, "
+        "unsupported_media_type, malformed_json, missing_workload. No workload label: a refused "
+        "delivery's workload header cannot be trusted.",
+        ("result",), group="webhook",
+    ),
+    Metric(
+        "zaroz_webhook_backfills_total", Kind.COUNTER,
+        "Route fetches asked for by the webhook intake, by reason: gap (deliveries waited behind "
+        "a missing seq longer than the grace) or ping (the webhook's cursor was ahead).",
+        ("workload", "reason"), group="webhook",
+    ),
+    Metric(
+        "zaroz_webhook_cursor", Kind.GAUGE,
+        "seq of the workload's latest webhook.ping: the last seq the webhook says it delivered.",
+        _W, group="webhook",
+    ),
+    Metric(
+        "zaroz_webhook_last_delivery_timestamp_seconds", Kind.GAUGE,
+        "Unix time of the workload's last signed webhook delivery.",
+        _W, unit="seconds", group="webhook",
+    ),
+    Metric(
+        "zaroz_webhook_secrets", Kind.GAUGE,
+        "Webhook secrets currently accepted (2 during a rotation; 0 refuses every delivery).",
+        (), group="webhook",
+    ),
+    Metric(
+        "zaroz_checkpoint_saves_total", Kind.COUNTER,
+        "Checkpoint writes at scrape time by result: written, unchanged (nothing to write), "
+        "error (the scrape was refused so nothing unsaved is exposed).",
+        ("result",), group="webhook",
+    ),
+    Metric(
+        "zaroz_checkpoint_last_save_timestamp_seconds", Kind.GAUGE,
+        "Unix time of the last checkpoint written.",
+        (), unit="seconds", group="webhook",
+    ),
+    Metric(
+        "zaroz_checkpoint_last_save_duration_seconds", Kind.GAUGE,
+        "Time the last checkpoint write took (serialise, write, fsync, rename).",
+        (), unit="seconds", group="webhook",
+    ),
+    Metric(
+        "zaroz_checkpoint_bytes", Kind.GAUGE,
+        "Size of the last checkpoint written.",
+        (), group="webhook",
+    ),
     # The exporter itself.
     Metric(
         "zaroz_exporter_series", Kind.GAUGE,

@@ -20,6 +20,7 @@ GROUPS = {
     "route": "Events route tailer",
     "cluster": "UnitSignals (cluster state)",
     "kube": "Kubernetes list/watch",
+    "webhook": "Webhooks and checkpoints",
     "exporter": "The exporter itself",
 }
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cluster import NamespaceHandler, build_cluster
+from exporter.sim.kube import KubeEmulator
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.kube import KubeMetrics
@@ -20,7 +21,6 @@ from exporter.sources.backoff import Backoff
 from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.reflector import KubeSource
-from exporter.sim.kube import KubeEmulator
 from tests.unitsignals import status as full_status
 
 WL = {"units.zaroz.cloud/workload": "wl-1"}

@@ -32,6 +32,18 @@ class Unit:
         self.drain_reason = "unknown"
         self.last = at  # occurred_at of the unit's latest event, parsed only when expiring
 
+    def snapshot(self) -> list[Any]:
+        """The unit's state as a JSON-serialisable list (checkpoints; see WorkloadLog.snapshot)."""
+        return [self.created, self.ready, self.started, self.alloc, self.drain,
+                self.drain_reason, self.last]
+
+    @classmethod
+    def restore(cls, state: list[Any]) -> Unit:
+        """The inverse of `snapshot`."""
+        u = cls(state[6])
+        u.created, u.ready, u.started, u.alloc, u.drain, u.drain_reason = state[:6]
+        return u
+
 
 def _end(u: Unit, uid: str, at: str, obs: Observer) -> None:
     """A stop, exit, failure or destruction: ends a pending allocation and a drain."""

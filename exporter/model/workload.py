@@ -20,6 +20,7 @@ KNOWN_TYPES = frozenset(EVENT_TYPES)
 PING = "webhook.ping"
 # Marks a seq used up by an event that failed the schema (it is no gap, and it applies nothing).
 _INVALID = object()
+SNAPSHOT_VERSION = 1
 
 
 def _seq_of(obj: Any) -> int | None:
@@ -116,6 +117,34 @@ class WorkloadLog:
         for uid in stale:
             del self.units[uid]
         self.expired += len(stale)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything `restore` needs to go on as if never stopped, as JSON-serialisable data.
+
+        Checkpoints store it so that a restart neither re-applies nor skips events and intervals
+        that span the restart (created before, ready after) are still measured. Events pending
+        behind a gap are kept as received; an invalid one is stored as None.
+        """
+        return {
+            "v": SNAPSHOT_VERSION,
+            "next": self.next,
+            "pending": [[seq, None if ev is _INVALID else ev] for seq, ev in
+                        sorted(self.pending.items())],
+            "units": {uid: u.snapshot() for uid, u in self.units.items()},
+            "last_at": self.last_at,
+            "expired": self.expired,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Replace this log's state with a `snapshot`; no observer call is made."""
+        if state.get("v") != SNAPSHOT_VERSION:
+            raise ValueError(f"unsupported workload snapshot version {state.get('v')!r}")
+        self.next = int(state["next"])
+        self.pending = {int(seq): (_INVALID if ev is None else ev)
+                        for seq, ev in state["pending"]}
+        self.units = {uid: Unit.restore(u) for uid, u in state["units"].items()}
+        self.last_at = state["last_at"]
+        self.expired = int(state["expired"])
 
     def _drain_pending(self) -> None:
         p = self.pending

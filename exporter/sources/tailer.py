@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -27,6 +28,7 @@ from exporter.sources.complaints import Complaints
 from exporter.sources.route import (
     BadRequest,
     CursorExpired,
+    Page,
     RetryLater,
     RouteClient,
     RouteError,
@@ -71,6 +73,7 @@ class Tailer:
         log_interval: float = 60.0,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.time,
+        start_cursor: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.client = client
         self.workload = workload
@@ -91,6 +94,12 @@ class Tailer:
                                       log_interval, workload=workload)
         self._warned_behind = False
         self._task: asyncio.Task[None] | None = None
+        # Where to start when the log is fresh (--start-from head): asked once, before polling.
+        self.start_cursor = start_cursor
+        # fetch_now(): the next request goes at once and without waiting (a backfill).
+        self._urgent = False
+        self._wake = asyncio.Event()
+        self.fetches_requested = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -108,7 +117,77 @@ class Tailer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    def fetch_now(self) -> None:
+        """Ask for a request at once, with wait=0: events the intake waits for (a gap among
+        webhook deliveries, a ping ahead of the cursor) are backfilled from the route.
+
+        Cuts short an idle pause or a long poll in flight; a pause after a failure (backoff,
+        Retry-After) is kept, so a backfill never hammers a route that is refusing requests.
+        """
+        self.fetches_requested += 1
+        self._urgent = True
+        self._wake.set()
+
+    async def _pause(self, delay: float) -> None:
+        if self._complaints.count:
+            await self.sleep(delay)
+            return
+        if self._urgent:
+            return
+        self._wake.clear()
+        pause = asyncio.ensure_future(self.sleep(delay))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({pause, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            pause.cancel()
+            waker.cancel()
+
+    async def _interruptible(self, request: Awaitable[Page]) -> Page | None:
+        """The request's page, or None when fetch_now() cut it short (it was cancelled)."""
+        req = asyncio.ensure_future(request)
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            done, _ = await asyncio.wait({req, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waker.cancel()
+            if not req.done():
+                req.cancel()
+        if req in done:
+            return req.result()
+        with contextlib.suppress(asyncio.CancelledError):
+            await req
+        return None
+
+    async def _start_at_cursor(self, start_cursor: Callable[[], Awaitable[int]]) -> None:
+        """Resolve the start cursor (retried until it succeeds) and move a fresh log there."""
+        while True:
+            try:
+                cursor = await start_cursor()
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                delay = self.backoff.next()
+                self._complaints.failed(logging.WARNING, getattr(e, "result", "error"),
+                                        "cannot resolve the start cursor", delay, error=str(e))
+                await self.sleep(delay)
+        self.backoff.reset()
+        wl = self.log
+        if wl.applied_through == 0:
+            # Webhook deliveries may already wait in the log: those at or before the start are
+            # skipped, like everything else before it.
+            state = wl.snapshot()
+            state["next"] = cursor + 1
+            state["pending"] = [p for p in state["pending"] if p[0] > cursor]
+            wl.restore(state)
+            log.info("starting at the route's head", extra={
+                "workload": self.workload, "cursor": cursor})
+
     async def run(self) -> None:
+        start_cursor, self.start_cursor = self.start_cursor, None
+        if start_cursor is not None:
+            await self._start_at_cursor(start_cursor)
         log.info("tailing workload", extra={
             "workload": self.workload, "cursor": self.log.applied_through})
         while True:
@@ -122,7 +201,7 @@ class Tailer:
                     "workload": self.workload, "cursor": self.log.applied_through,
                     "retry_in": round(delay, 3)})
             if delay > 0:
-                await self.sleep(delay)
+                await self._pause(delay)
 
     # -- one request -------------------------------------------------------------------------
 
@@ -130,12 +209,20 @@ class Tailer:
         """One request and its effects; returns the pause before the next one."""
         w = self.workload
         after = self.log.applied_through
+        self._wake.clear()
+        urgent, self._urgent = self._urgent, False
         # Until caught up, ask without waiting: a log with nothing after the cursor then answers at
         # once, so readiness does not lag a whole long poll behind at startup.
-        wait = self.wait if self.caught_up else 0
+        wait = self.wait if self.caught_up and not urgent else 0
         started = time.monotonic()
         try:
-            page = await self.client.events(w, after, self.limit, wait)
+            if wait > 0:
+                got = await self._interruptible(self.client.events(w, after, self.limit, wait))
+                if got is None:
+                    return 0.0  # fetch_now(): ask again at once, without waiting
+                page = got
+            else:
+                page = await self.client.events(w, after, self.limit, wait)
         except CursorExpired as e:
             self._count(e.result)
             return self._expired(after, e.oldest_seq)
@@ -258,6 +345,7 @@ class TailSupervisor:
         *,
         backoff_factory: Callable[[], Backoff] = Backoff,
         log_interval: float = 60.0,
+        start_cursor: Callable[[str], Awaitable[int]] | None = None,
         **tailer_options: Any,
     ) -> None:
         self.client = client
@@ -270,8 +358,36 @@ class TailSupervisor:
         self.tailers: dict[str, Tailer] = {}
         self.discovered = False  # a workload list is known: given (at start) or listed once
         self._discovery_task: asyncio.Task[None] | None = None
+        # Start cursor of workloads of the first sync that have no log yet (--start-from head).
+        # Workloads that appear later are new: they start at the beginning of their log.
+        self.start_cursor = start_cursor
+        self._synced = False
         self._complaints = Complaints(logging.getLogger(__name__), "events route recovered",
                                       log_interval)
+
+    def add(self, workload: str) -> bool:
+        """Tail `workload` now, without waiting for the next discovery (a signed webhook delivery
+        named it). Only in discovery mode: a fixed --workload list is the operator's choice.
+        Returns whether a tailer runs for it."""
+        if workload in self.tailers:
+            return True
+        if self.fixed is not None:
+            return False
+        self._new_tailer(workload)
+        self.metrics.workloads(len(self.tailers))
+        log.info("tailing a workload named by a webhook delivery", extra={"workload": workload})
+        return True
+
+    def _new_tailer(self, w: str) -> Tailer:
+        start_cursor = None
+        if self.start_cursor is not None and not self._synced and w not in self.pipeline.logs:
+            start_cursor = functools.partial(self.start_cursor, w)
+        t = self.tailers[w] = Tailer(
+            self.client, w, self.pipeline.workload(w), self.metrics,
+            backoff=self.backoff_factory(), start_cursor=start_cursor, **self.tailer_options,
+        )
+        t.start()
+        return t
 
     async def start(self) -> None:
         if self.fixed is not None:
@@ -344,11 +460,8 @@ class TailSupervisor:
         gone = [self.tailers.pop(w) for w in list(self.tailers) if w not in want]
         for w in wanted:
             if w not in self.tailers:
-                t = self.tailers[w] = Tailer(
-                    self.client, w, self.pipeline.workload(w), self.metrics,
-                    backoff=self.backoff_factory(), **self.tailer_options,
-                )
-                t.start()
+                self._new_tailer(w)
+        self._synced = True
         self.metrics.workloads(len(self.tailers))
         for t in gone:
             # Stopping drops nothing: the WorkloadLog stays in the pipeline with its cursor, so a
