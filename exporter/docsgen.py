@@ -20,6 +20,7 @@ GROUPS = {
     "route": "Events route tailer",
     "cluster": "UnitSignals (cluster state)",
     "kube": "Kubernetes list/watch",
+    "traces": "Traces (OTLP)",
     "webhook": "Webhooks and checkpoints",
     "exporter": "The exporter itself",
 }
@@ -47,6 +48,35 @@ does this:
   their value, later ones are `other`. Exit codes keep the common values
   (0, 1, 2, 126, 127, 130, 134, 137, 139, 143); others are `other`.
 - Unit state is dropped at `unit.destroyed`, or after `--unit-idle-timeout` without an event.
+
+## How UnitSignals are measured
+
+Two clocks, kept apart by name: the `zaroz_unit_*` histograms use the event log's `occurred_at`
+(the platform's clock); the `zaroz_unitsignal_*` ones use the cluster and the exporter.
+
+- The workload of a UnitSignal is its `units.zaroz.cloud/workload` label, else its namespace.
+- `zaroz_unitsignal_generation_lag` is `spec.generation - status.observedGeneration`; a missing
+  status counts as observedGeneration 0.
+- A generation *appears* when the watch first shows it. One that was already there when the
+  exporter first saw the object (start-up, relist) appeared at the spec's last write as
+  `metadata.managedFields` records it (the entry owning `f:spec`, one-second precision, the API
+  server's clock), clamped to the exporter's clock. It is *observed* when the watch shows
+  `status.observedGeneration` reaching it. Every generation reached counts once in
+  `zaroz_unitsignal_generation_observe_seconds`, including ones superseded before the agent
+  caught up; a spec that goes back drops the generations above it.
+- `zaroz_unitsignal_ready_seconds`: `metadata.creationTimestamp` (API server, one second) to
+  `status.signalledReady` (agent clock), once per UnitSignal.
+- `zaroz_unitsignal_allocation_ack_seconds`: `spec.allocation.allocatedAt` (kernel clock) or,
+  without it, when the watch first showed the allocation, to when the watch shows
+  `status.allocationAck` equal to its id. Not measured when the allocation was already there
+  without `allocatedAt`, or already acknowledged, at first sight.
+- Status fields that a JSON merge patch removed (patched to null) count as null.
+- Conformance violations count when they happen, not on every write while they last: a spec is
+  checked once per `metadata.generation`, a status whenever it changes.
+- Phases: `draining` when `spec.draining` is set, else `allocated` when `spec.allocation` is,
+  else `ready` when `status.signalledReady` is, else `starting`. A phase's start is the watch
+  time of the change, or on first sight the object's own timestamp for it.
+- `spec.userData` is never read into metrics, logs or traces.
 """
 
 

@@ -10,12 +10,15 @@ spec, which its agent refuses, so the demo shows what the alerts are for.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.sim.kube import KubeEmulator
 
 WORKLOAD_LABEL = "units.zaroz.cloud/workload"
+# unit-signal-spec.schema.json's label names: event labels such as the workload label don't fit.
+_SPEC_LABEL = re.compile(r"[a-z0-9]([a-z0-9_.-]*[a-z0-9])?")
 AGENT_VERSION = "1.4.2"
 
 
@@ -72,7 +75,9 @@ class ClusterMirror:
         ns = f"zaroz-{workload}"
         name = f"{unit['key']}"[:40]
         spec = {"unitId": unit["id"], "key": unit["key"], "contractVersion": 1, "generation": 1,
-                "labels": dict(unit.get("labels") or {}), "userData": {"level": "demo"},
+                "labels": {k: v for k, v in (unit.get("labels") or {}).items()
+                           if _SPEC_LABEL.fullmatch(k)},
+                "userData": {"level": "demo"},
                 "allocation": None, "draining": False}
         u = _Unit(ns, name, spec, stuck=self.rng.random() < self.p_stuck)
         self.units[unit["id"]] = u
