@@ -436,6 +436,33 @@ METRICS: tuple[Metric, ...] = (
         "Size of the last checkpoint written.",
         (), group="webhook",
     ),
+    # Traces (OTLP), exporter-wide; absent samples when traces are off.
+    Metric(
+        "zaroz_traces_spans_total", Kind.COUNTER,
+        "Spans ended and queued for OTLP export (unit lifecycles, event clock).",
+        (), group="traces",
+    ),
+    Metric(
+        "zaroz_traces_spans_exported_total", Kind.COUNTER,
+        "Spans the OTLP receiver accepted.",
+        (), group="traces",
+    ),
+    Metric(
+        "zaroz_traces_spans_dropped_total", Kind.COUNTER,
+        "Spans never sent: the export queue was full (see OTEL_BSP_MAX_QUEUE_SIZE), or they were "
+        "still queued at shutdown.",
+        (), group="traces",
+    ),
+    Metric(
+        "zaroz_traces_export_failures_total", Kind.COUNTER,
+        "OTLP export requests (batches of spans) that failed after the exporter's retries.",
+        (), group="traces",
+    ),
+    Metric(
+        "zaroz_traces_units_tracked", Kind.GAUGE,
+        "Units with an open trace (root span not yet ended).",
+        (), group="traces",
+    ),
     # The exporter itself.
     Metric(
         "zaroz_exporter_series", Kind.GAUGE,
@@ -451,6 +478,16 @@ METRICS: tuple[Metric, ...] = (
         "zaroz_exporter_last_scrape_bytes", Kind.GAUGE,
         "Uncompressed size of the previous scrape's exposition.",
         (), unit="bytes", group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_shard", Kind.GAUGE,
+        "This instance's shard ordinal (0-based); each workload belongs to one shard.",
+        (), group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_shards", Kind.GAUGE,
+        "The configured number of shards (--total-shards).",
+        (), group="exporter",
     ),
     Metric(
         "zaroz_exporter_build_info", Kind.INFO,

@@ -82,6 +82,10 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          type=float, default=60.0)
     _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is dropped",
          type=float, default=24 * 3600.0)
+    _add(p, "--total-shards", help="number of shards; each workload is exported by one",
+         type=int, default=1)
+    _add(p, "--shard", help="this instance's shard ordinal (default: from the StatefulSet pod "
+         "name in $POD_NAME or $HOSTNAME, else 0)", type=int, default=None)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from exporter.model.unitsignals import UnitSignalModel
+from exporter.model.unitsignals import UnitSignalModel, workload_of
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.unitsignals import UnitSignalMetrics
 
@@ -23,17 +23,31 @@ def build_cluster(
 
 class NamespaceHandler:
     """The reflector of one namespace (or of all, None) feeding the shared model: its relists
-    reconcile only its own namespace."""
+    reconcile only its own namespace, and objects of workloads this shard does not own are
+    treated as absent."""
 
-    def __init__(self, model: UnitSignalModel, namespace: str | None) -> None:
+    def __init__(self, model: UnitSignalModel, namespace: str | None,
+                 owns: Callable[[str], bool] | None = None) -> None:
         self.model = model
         self.namespace = namespace
+        self.owns = owns
+
+    def _mine(self, obj: Any) -> bool:
+        if self.owns is None:
+            return True
+        meta = obj.get("metadata") if type(obj) is dict else None
+        if type(meta) is not dict or type(meta.get("namespace")) is not str:
+            return True  # the model counts it as malformed
+        return self.owns(workload_of(meta, meta["namespace"]))
 
     def replace(self, objects: list[dict[str, Any]], now: float) -> None:
-        self.model.replace(objects, now, self.namespace)
+        self.model.replace([o for o in objects if self._mine(o)], now, self.namespace)
 
     def upsert(self, obj: dict[str, Any], now: float) -> None:
-        self.model.upsert(obj, now)
+        if self._mine(obj):
+            self.model.upsert(obj, now)
+        else:  # its workload label moved it to another shard
+            self.model.delete(obj, now)
 
     def delete(self, obj: dict[str, Any], now: float) -> None:
         self.model.delete(obj, now)

@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import signal
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,7 @@ from exporter.cluster import NamespaceHandler, build_cluster
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
+from exporter.sharding import Shard, ordinal_from_pod_name
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.route import RouteClient
@@ -72,8 +75,8 @@ async def _expire_loop(pipeline: Pipeline) -> None:
         pipeline.expire(time.time_ns())
 
 
-def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession,
-                 pipeline: Pipeline) -> tuple[Any, UnitSignalModel] | None:
+def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipeline: Pipeline,
+                 owns: Callable[[str], bool] | None) -> tuple[Any, UnitSignalModel] | None:
     """The UnitSignal watch, when --kube allows it and a cluster is configured."""
     if args.kube == "off":
         return None
@@ -94,7 +97,7 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession,
     allowlist = [v for v in args.unitsignal_labels_allowlist if v]
     model, _ = build_cluster(pipeline.registry, allowlist)
     source = KubeSource(
-        KubeApi(session, access), lambda ns: NamespaceHandler(model, ns),
+        KubeApi(session, access), lambda ns: NamespaceHandler(model, ns, owns),
         KubeMetrics(pipeline.registry), namespaces=args.namespace or None,
         label_selector=args.label_selector or None,
         backoff_factory=functools.partial(Backoff, min(0.5, args.backoff_max),
@@ -105,12 +108,30 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession,
     return source, model
 
 
+def shard_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Shard:
+    """--shard, else the ordinal of a StatefulSet pod name, else 0."""
+    index = args.shard
+    if index is None and args.total_shards > 1:
+        index = ordinal_from_pod_name(environ.get("POD_NAME") or environ.get("HOSTNAME"))
+        if index is None:
+            raise SystemExit("zaroz-exporter: --total-shards > 1 needs --shard or a StatefulSet "
+                             "pod name (<name>-<ordinal>) in $POD_NAME or $HOSTNAME")
+    try:
+        return Shard(index or 0, args.total_shards)
+    except ValueError as e:
+        raise SystemExit(f"zaroz-exporter: {e}") from e
+
+
 async def start(args: argparse.Namespace) -> Running:
     if not 1 <= args.page_limit <= 1000:
         raise SystemExit("--page-limit must be within 1..1000")
     if not 0 <= args.wait <= 60:
         raise SystemExit("--wait must be within 0..60")
+    shard = shard_from(args)
     pipeline = Pipeline(idle_seconds=args.unit_idle_timeout)
+    pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
+    pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
+    owns = shard.owns if shard.total > 1 else None
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     backoff = functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max)
     supervisor = None
@@ -120,10 +141,10 @@ async def start(args: argparse.Namespace) -> Running:
                              timeout_margin=args.request_timeout_margin)
         supervisor = TailSupervisor(
             client, pipeline, RouteMetrics(pipeline.registry), args.workload or None,
-            args.discovery_interval, backoff_factory=backoff,
+            args.discovery_interval, backoff_factory=backoff, owns=owns,
             limit=args.page_limit, wait=args.wait,
         )
-    kube = _kube_source(args, session, pipeline)
+    kube = _kube_source(args, session, pipeline, owns)
     if supervisor is None and kube is None:
         await session.close()
         raise SystemExit("zaroz-exporter serve: nothing to export: give --events-url "

@@ -169,9 +169,7 @@ class UnitSignalModel:
         if t is None:
             t = self.objects[key] = _Tracked(uid)
         labels = meta.get("labels") or {}
-        workload = labels.get(WORKLOAD_LABEL) if type(labels) is dict else None
-        if type(workload) is not str or not workload:
-            workload = key[0]
+        workload = workload_of(meta, key[0])
         spec = obj.get("spec")
         spec = spec if type(spec) is dict else {}
         status = obj.get("status")
@@ -372,6 +370,13 @@ class UnitSignalModel:
 
     def workloads(self) -> Iterable[str]:
         return self.phases.keys()
+
+
+def workload_of(meta: dict[str, Any], namespace: str) -> str:
+    """The `units.zaroz.cloud/workload` label, else the namespace (platform.md)."""
+    labels = meta.get("labels")
+    workload = labels.get(WORKLOAD_LABEL) if type(labels) is dict else None
+    return workload if type(workload) is str and workload else namespace
 
 
 def _str(v: Any) -> str:

@@ -346,9 +346,11 @@ class TailSupervisor:
         backoff_factory: Callable[[], Backoff] = Backoff,
         log_interval: float = 60.0,
         start_cursor: Callable[[str], Awaitable[int]] | None = None,
+        owns: Callable[[str], bool] | None = None,
         **tailer_options: Any,
     ) -> None:
         self.client = client
+        self.owns = owns or (lambda _: True)  # this shard's workloads (exporter.sharding)
         self.pipeline = pipeline
         self.metrics = metrics
         self.fixed = list(dict.fromkeys(workloads)) if workloads else None
@@ -371,7 +373,7 @@ class TailSupervisor:
         Returns whether a tailer runs for it."""
         if workload in self.tailers:
             return True
-        if self.fixed is not None:
+        if self.fixed is not None or not self.owns(workload):
             return False
         self._new_tailer(workload)
         self.metrics.workloads(len(self.tailers))
@@ -456,6 +458,7 @@ class TailSupervisor:
             await asyncio.sleep(delay)
 
     async def _sync(self, wanted: list[str]) -> None:
+        wanted = [w for w in wanted if self.owns(w)]
         want = set(wanted)
         gone = [self.tailers.pop(w) for w in list(self.tailers) if w not in want]
         for w in wanted:
