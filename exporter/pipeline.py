@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.model.observations import Observer
 from exporter.model.workload import WorkloadLog
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when traces are on
+    from exporter.sinks.traces.otlp import TraceSink
 
 DEFAULT_IDLE_SECONDS = 24 * 3600
 
@@ -22,24 +26,37 @@ class Pipeline:
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         max_pending: int = 10_000,
         observer_factory: Callable[[Registry, str], Observer] = WorkloadMetrics,
+        traces: TraceSink | None = None,
     ) -> None:
         self.registry = registry if registry is not None else Registry()
         self.idle_ns = int(idle_seconds * 1e9)
         self.max_pending = max_pending
         self.observer_factory = observer_factory
         self.logs: dict[str, WorkloadLog] = {}
+        # Optional: every WorkloadLog's tap feeds its workload's TraceBuilder. Without it the tap
+        # stays None, and the model's hot path pays one `is None` per event.
+        self.traces = traces
+        if traces is not None:
+            traces.idle_ns = self.idle_ns  # traces end when the model forgets the unit
+            traces.register(self.registry)
         build = self.registry["zaroz_exporter_build_info"]
         build.labels(__version__, platform.python_version()).set(1)
 
     def workload(self, name: str, after: int = 0) -> WorkloadLog:
         log = self.logs.get(name)
         if log is None:
+            obs = self.observer_factory(self.registry, name)
             log = self.logs[name] = WorkloadLog(
-                self.observer_factory(self.registry, name),
+                obs,
                 after=after,
                 max_pending=self.max_pending,
                 idle_ns=self.idle_ns,
             )
+            bind = getattr(obs, "bind_clock", None)
+            if bind is not None:  # exemplars are stamped with the event being applied
+                bind(lambda: log.last_at)
+            if self.traces is not None:
+                log.tap = self.traces.builder(name)
             self._pull(name, log)
         return log
 
@@ -55,3 +72,11 @@ class Pipeline:
     def expire(self, now_ns: int) -> None:
         for log in self.logs.values():
             log.expire(now_ns)
+        if self.traces is not None:
+            self.traces.expire(now_ns)
+
+    def expire_workload(self, name: str, now_ns: int) -> None:
+        """One workload's idle units, on its own clock (replay)."""
+        self.logs[name].expire(now_ns)
+        if self.traces is not None:
+            self.traces.builder(name).expire(now_ns)

@@ -7,13 +7,16 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
 from exporter.sources.files import NOT_JSON, read_batches, workload_of
+
+if TYPE_CHECKING:
+    from exporter.sinks.traces.otlp import TraceSink
 
 EXPIRE_EVERY = 50_000  # lines between idle-unit sweeps (event clock)
 
@@ -41,7 +44,8 @@ class SummaryMetrics(WorkloadMetrics):
 
 def apply_files(pipeline: Pipeline, files: Iterable[Path], workload: str | None) -> None:
     for path in files:
-        log = pipeline.workload(workload or workload_of(path))
+        name = workload or workload_of(path)
+        log = pipeline.workload(name)
         offer, reject = log.offer, log.reject_json
         n = 0
         for batch in read_batches(path):
@@ -53,10 +57,10 @@ def apply_files(pipeline: Pipeline, files: Iterable[Path], workload: str | None)
             n += len(batch)
             if n >= EXPIRE_EVERY:
                 n = 0
-                log.expire(log.clock)
-    for log in pipeline.logs.values():
+                pipeline.expire_workload(name, log.clock)
+    for name, log in pipeline.logs.items():
         log.flush()
-        log.expire(log.clock)
+        pipeline.expire_workload(name, log.clock)
 
 
 def quantile(sorted_ns: Sequence[int], q: float) -> float:
@@ -111,15 +115,52 @@ def summary(pipeline: Pipeline, out: IO[str]) -> None:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
 
 
-def run(files: Sequence[str], workload: str | None, as_summary: bool, openmetrics: bool) -> int:
-    pipeline = Pipeline(observer_factory=SummaryMetrics if as_summary else WorkloadMetrics)
+def _trace_sink(otlp_endpoint: str) -> TraceSink:
+    """Replay never drops a span: a full queue is exported in the replaying thread."""
+    from exporter.sinks.traces.otlp import TraceConfig, TraceSink
+
+    return TraceSink.from_env(otlp_endpoint, TraceConfig(backpressure=True))
+
+
+def finish_traces(pipeline: Pipeline, err: IO[str]) -> int:
+    """End of the log: end every open unit's spans at its workload's last event, export all,
+    and say what was sent. 1 when spans were lost (dropped or refused), else 0."""
+    traces = pipeline.traces
+    if traces is None:
+        return 0
+    traces.close_all({name: log.last_at for name, log in pipeline.logs.items()})
+    traces.shutdown()
+    st = traces.stats
+    err.write(
+        f"zaroz-exporter replay: traces: {st.spans} spans, {st.exported} exported, "
+        f"{st.dropped} dropped, {st.export_failures} failed exports\n"
+    )
+    return 1 if st.dropped or st.failed_spans else 0
+
+
+def run(
+    files: Sequence[str],
+    workload: str | None,
+    as_summary: bool,
+    openmetrics: bool,
+    otlp_endpoint: str | None = None,
+) -> int:
+    """`otlp_endpoint` (a base URL, like OTEL_EXPORTER_OTLP_ENDPOINT): export every unit's
+    lifecycle as traces too, with the OTEL_* environment for the rest (headers, protocol)."""
     paths = [Path(f) for f in files]
     missing = [p for p in paths if not p.is_file()]
     if missing:
         for p in missing:
             print(f"zaroz-exporter replay: no such file: {p}", file=sys.stderr)
         return 2
-    apply_files(pipeline, paths, workload)
+    pipeline = Pipeline(
+        observer_factory=SummaryMetrics if as_summary else WorkloadMetrics,
+        traces=_trace_sink(otlp_endpoint) if otlp_endpoint else None,
+    )
+    try:
+        apply_files(pipeline, paths, workload)
+    finally:
+        traces_rc = finish_traces(pipeline, sys.stderr)
     if as_summary:
         summary(pipeline, sys.stdout)
     else:
@@ -127,4 +168,4 @@ def run(files: Sequence[str], workload: str | None, as_summary: bool, openmetric
         for chunk in render(pipeline.registry, openmetrics):
             out.write(chunk)
         out.flush()
-    return 0
+    return traces_rc

@@ -1,8 +1,10 @@
 """Prometheus text 0.0.4 and OpenMetrics 1.0 rendering of a registry.
 
 Sample lines are the same in both formats for what we expose (counters keep `_total` on the
-sample, histograms and gauges are identical); only family headers and the `# EOF` trailer differ,
-so each series is rendered once and serves both formats.
+sample, histograms and gauges are identical); only family headers, the `# EOF` trailer and the
+headline histograms' exemplars (OpenMetrics only: text-format parsers reject them) differ, so each
+series is rendered once and serves both formats, plus an OpenMetrics render where it has
+exemplars.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from exporter.catalog import Kind, Metric
-from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.family import Family, Registry
 
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -59,7 +61,8 @@ def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
     """The exposition in pieces, one family at a time."""
     for fam in registry.families.values():
         yield header(fam.metric, openmetrics)
-        body = fam.body()
+        # Per-object tables have no exemplars: the same lines in both formats.
+        body = fam.body(openmetrics) if isinstance(fam, Family) else fam.body()
         if body:
             yield body
     if openmetrics:

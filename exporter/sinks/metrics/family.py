@@ -11,7 +11,7 @@ from exporter.sinks.metrics.table import TableFamily
 
 
 class Family:
-    __slots__ = ("_body", "bounds_ns", "dirty", "live", "metric", "series")
+    __slots__ = ("_body", "_om_body", "bounds_ns", "dirty", "live", "metric", "series")
 
     def __init__(self, metric: Metric) -> None:
         self.metric = metric
@@ -20,6 +20,7 @@ class Family:
         self.live: list[CallbackSeries] = []
         self.bounds_ns = tuple(round(b * 1e9) for b in metric.buckets)
         self._body: bytes | None = b""
+        self._om_body: bytes | None = b""
 
     def labels(self, *values: str) -> Series | HistogramSeries:
         s = self.series.get(values)
@@ -43,8 +44,12 @@ class Family:
             if isinstance(s, CallbackSeries):
                 self.live.remove(s)
 
-    def body(self) -> bytes:
-        """The family's samples; renders only what changed since the last call."""
+    def body(self, openmetrics: bool = False) -> bytes:
+        """The family's samples; renders only what changed since the last call.
+
+        OpenMetrics differs only where a histogram series has exemplars (`om_line`); the
+        OpenMetrics body is joined from the same renders, and is the text body when none has.
+        """
         for s in self.live:
             old = s.line
             if s.render() != old:
@@ -57,7 +62,14 @@ class Family:
             self._body = None
         if self._body is None:
             self._body = b"".join([s.line for s in self.series.values()])  # type: ignore[misc]
-        return self._body
+            self._om_body = None
+        if not openmetrics:
+            return self._body
+        if self._om_body is None:
+            om = [s.om_line or s.line for s in self.series.values()]
+            self._om_body = b"".join(om) if any(s.om_line for s in self.series.values()) \
+                else self._body  # type: ignore[arg-type]
+        return self._om_body  # type: ignore[return-value]
 
 
 class Registry:

@@ -11,6 +11,9 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.sinks.traces.ids import trace_hex
+
 if TYPE_CHECKING:
     from exporter.sinks.metrics.family import Family
 
@@ -39,13 +42,14 @@ def label_block(names: tuple[str, ...], values: tuple[str, ...], extra: str = ""
 class Series:
     """A counter, gauge or info sample."""
 
-    __slots__ = ("family", "line", "prefix", "value")
+    __slots__ = ("family", "line", "om_line", "prefix", "value")
 
     def __init__(self, family: Family, values: tuple[str, ...]) -> None:
         self.family = family
         self.value: float = 0
         self.prefix = family.metric.name + label_block(family.metric.labels, values) + " "
         self.line: bytes | None = None
+        self.om_line: bytes | None = None  # only histograms with exemplars differ in OpenMetrics
         family.dirty.append(self)
 
     def inc(self, n: float = 1) -> None:
@@ -83,10 +87,27 @@ class CallbackSeries(Series):
         return super().render()
 
 
-class HistogramSeries:
-    """A histogram kept in integer nanoseconds, so sums are exact and bucket edges inclusive."""
+def exemplar_timestamp(at: str) -> str:
+    """An RFC 3339 occurred_at as exact Unix seconds with 9 fraction digits ("" if unusable)."""
+    try:
+        s, frac = divmod(parse_rfc3339_ns(at), 1_000_000_000)
+    except ValueError:
+        return ""
+    return f" {s}.{frac:09d}"
 
-    __slots__ = ("bounds_ns", "count", "counts", "family", "line", "prefixes", "sum_ns")
+
+class HistogramSeries:
+    """A histogram kept in integer nanoseconds, so sums are exact and bucket edges inclusive.
+
+    Exemplars: each bucket keeps its latest observation's unit (as `trace_id`, the unit's trace,
+    see `sinks.traces.ids`), value and event time. They are rendered into `om_line` only: the
+    text format 0.0.4 has no exemplars and its parsers reject them. The trace id is hashed at
+    render time, so an observation costs a tuple store.
+    """
+
+    __slots__ = (
+        "bounds_ns", "count", "counts", "ex", "family", "line", "om_line", "prefixes", "sum_ns",
+    )
 
     def __init__(self, family: Family, values: tuple[str, ...]) -> None:
         m = family.metric
@@ -103,7 +124,24 @@ class HistogramSeries:
         self.prefixes.append(f"{m.name}_sum{label_block(m.labels, values)} ")
         self.prefixes.append(f"{m.name}_count{label_block(m.labels, values)} ")
         self.line: bytes | None = None
+        self.om_line: bytes | None = None
+        # Per bucket: (workload, unit id, ns, occurred_at) of its latest exemplar, or None.
+        self.ex: list[tuple[str, str, int, str] | None] | None = None
         family.dirty.append(self)
+
+    def observe_exemplar(self, ns: int, workload: str, unit_id: str, at: str) -> None:
+        """`observe_ns`, keeping the unit as the bucket's exemplar (`at`: its occurred_at)."""
+        i = bisect_left(self.bounds_ns, ns)
+        self.counts[i] += 1
+        self.sum_ns += ns
+        self.count += 1
+        ex = self.ex
+        if ex is None:
+            ex = self.ex = [None] * len(self.counts)
+        ex[i] = (workload, unit_id, ns, at)
+        if self.line is not None:
+            self.line = None
+            self.family.dirty.append(self)
 
     def observe_ns(self, ns: int) -> None:
         self.counts[bisect_left(self.bounds_ns, ns)] += 1
@@ -123,6 +161,21 @@ class HistogramSeries:
         for i, c in enumerate(self.counts):
             acc += c
             out.append(f"{p[i]}{acc}\n")
-        out.append(f"{p[-2]}{format_value(self.sum_ns / 1e9)}\n{p[-1]}{self.count}\n")
+        tail = f"{p[-2]}{format_value(self.sum_ns / 1e9)}\n{p[-1]}{self.count}\n"
+        out.append(tail)
         self.line = "".join(out).encode()
+        ex = self.ex
+        if ex is not None:
+            om = []
+            for line, e in zip(out, ex, strict=False):  # bucket lines pair with their exemplar
+                if e is None:
+                    om.append(line)
+                else:
+                    w, uid, ns, at = e
+                    om.append(
+                        f'{line[:-1]} # {{trace_id="{trace_hex(w, uid)}"}} '
+                        f"{format_value(ns / 1e9)}{exemplar_timestamp(at) if at else ''}\n"
+                    )
+            om.append(tail)
+            self.om_line = "".join(om).encode()
         return self.line

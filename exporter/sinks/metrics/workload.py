@@ -2,9 +2,16 @@
 
 Series are resolved once per workload (or per label value on first use), so an observation is an
 attribute access and an increment.
+
+The headline histograms carry exemplars (OpenMetrics only): the unit's trace id, the duration
+and the occurred_at of the event that ended it. Always, traces on or off: trace ids are derived
+from the unit id (`sinks.traces.ids`), so an exemplar is valid before its trace exists, and a
+`replay --otlp-endpoint` of the same log later exports exactly the trace it names.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from exporter import catalog
 from exporter.sinks.metrics.family import Registry
@@ -34,6 +41,10 @@ class BoundedLabel:
         return catalog.OTHER
 
 
+def _no_clock() -> str:
+    return ""
+
+
 class WorkloadMetrics:
     """Implements model.observations.Observer for one workload."""
 
@@ -41,6 +52,7 @@ class WorkloadMetrics:
         w = workload
         r = registry
         self.workload = w
+        self._at: Callable[[], str] = _no_clock
         self._events = r["zaroz_events_total"]
         self._event_series: dict[str, Series] = {}
         self._dup = r["zaroz_events_duplicate_total"].labels(w)
@@ -68,6 +80,11 @@ class WorkloadMetrics:
         for m in catalog.SKEW_MEASUREMENTS:
             self._skew.labels(w, m)
 
+    def bind_clock(self, at: Callable[[], str]) -> None:
+        """`at()` gives the occurred_at of the event being applied (the exemplars' timestamp);
+        the pipeline binds it to its WorkloadLog, since the Observer calls carry no time."""
+        self._at = at
+
     def applied(self, type_label: str, seq: int) -> None:
         s = self._event_series.get(type_label)
         if s is None:
@@ -90,7 +107,7 @@ class WorkloadMetrics:
         self._skew.labels(self.workload, measurement).inc()
 
     def ready(self, unit_id: str, ns: int) -> None:
-        self._ready.observe_ns(ns)
+        self._ready.observe_exemplar(ns, self.workload, unit_id, self._at())
 
     def startup(self, unit_id: str, outcome: str) -> None:
         self._startups[outcome].inc()
@@ -98,10 +115,12 @@ class WorkloadMetrics:
     def allocation(self, unit_id: str, outcome: str, ack_ns: int | None) -> None:
         self._allocs[outcome].inc()
         if ack_ns is not None:
-            self._ack.observe_ns(ack_ns)
+            self._ack.observe_exemplar(ack_ns, self.workload, unit_id, self._at())
 
     def drain(self, unit_id: str, reason: str, ns: int) -> None:
-        self._drain.labels(self.workload, reason).observe_ns(ns)  # type: ignore[union-attr]
+        self._drain.labels(self.workload, reason).observe_exemplar(  # type: ignore[union-attr]
+            ns, self.workload, unit_id, self._at()
+        )
 
     def exited(self, unit_id: str, code: int, restarted: bool) -> None:
         c = str(code)

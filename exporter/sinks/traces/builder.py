@@ -1,0 +1,333 @@
+"""Turns one workload's unit events (the model's `tap` stream) into finished span records.
+
+Pure: no SDK, no I/O, no wall clock. Events go in through `__call__` in seq order; every span
+that ends comes out through `out` as a `SpanRecord` with exact nanosecond times taken from the
+events' `occurred_at`. State is one `_UnitTrace` per unit with an open root, dropped at
+`unit.destroyed` or when `expire` finds the unit idle, so memory stays bounded like the model's.
+
+Span tree of a unit (trace id derived from the unit id, see `ids`):
+
+- `unit` (root): unit.created (or the first event seen) -> unit.destroyed. Events on it:
+  `accepting`, `not_accepting`, `exited` (code, restarted), `failed` (reason). ERROR after a
+  unit.failed.
+- `starting`: unit.created -> first unit.ready; ERROR when the unit stops, exits for good, fails
+  or is destroyed first.
+- `allocation`: unit.allocated -> unit.allocation_delivered; ERROR when undelivered, superseded
+  by another unit.allocated, or abandoned (stopped, exited, failed, destroyed).
+- `busy`: unit.busy -> unit.idle (or the unit's end).
+- `draining`: first unit.draining -> first stopped / exited / failed / destroyed, with its reason.
+- `incarnation`: unit.exited{restarted=true} -> next unit.ready; ERROR when it exits again,
+  stops, fails or is destroyed first.
+
+Child spans are exported as they end, long before their root: they name the root's span id,
+which is derived, so the root need not exist yet. The root is exported once, at unit.destroyed,
+or at idle expiry (ended at the unit's last event, `zaroz.unit.expired=true`), or by
+`close_all` at the end of a replay (`zaroz.span.incomplete=true`). An exporter that stops
+exports no open span: its successor continues the same trace, and exports the root at
+unit.destroyed, started at the first event it saw (`zaroz.unit.created_seen=false`). Spans that
+straddle such a restart are lost (their start was never seen by the successor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.model.timestamps import parse_rfc3339_ns as ns_of
+from exporter.model.units import DRAIN_REASONS
+from exporter.sinks.traces.ids import span_id_of, trace_id_of
+
+Attrs = dict[str, Any]
+MAX_ROOT_EVENTS = 128  # the SDK's default span event limit; a flapping unit keeps the first ones
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    """A finished span, ready for any exporter."""
+
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int  # 0 for the root
+    start_ns: int
+    end_ns: int
+    attributes: Attrs
+    events: list[tuple[str, int, Attrs]] = field(default_factory=list)
+    error: str | None = None  # the ERROR status description; None leaves the status unset
+
+
+class _Open:
+    """A child span that has started and not ended."""
+
+    __slots__ = ("attrs", "span_id", "start")
+
+    def __init__(self, span_id: int, start: str, attrs: Attrs) -> None:
+        self.span_id = span_id
+        self.start = start
+        self.attrs = attrs
+
+
+class _UnitTrace:
+    __slots__ = (
+        "alloc", "busy", "created_seen", "disc", "drain", "dropped_events", "error", "events",
+        "incarnation", "key", "last", "ready", "root_id", "start", "starting", "trace_id", "uid",
+    )
+
+    def __init__(self, uid: str, trace_id: int, root_id: int, at: str) -> None:
+        self.uid = uid
+        self.trace_id = trace_id
+        self.root_id = root_id
+        self.start = at
+        self.last = at
+        self.created_seen = False
+        self.ready = False
+        self.key: str | None = None
+        self.events: list[tuple[str, str, Attrs]] = []
+        self.dropped_events = 0
+        self.error: str | None = None
+        self.disc: dict[str, tuple[str, int]] = {}  # kind -> (start at, n) of its latest span
+        self.starting: _Open | None = None
+        self.alloc: _Open | None = None
+        self.busy: _Open | None = None
+        self.drain: _Open | None = None
+        self.incarnation: _Open | None = None
+
+
+_CHILDREN = ("starting", "alloc", "busy", "drain", "incarnation")
+
+
+class TraceBuilder:
+    """The span state machine of one workload; callable as a `WorkloadLog.tap`."""
+
+    def __init__(
+        self,
+        workload: str,
+        out: Callable[[SpanRecord], None],
+        *,
+        idle_ns: int = 24 * 3600 * 10**9,
+    ) -> None:
+        self.workload = workload
+        self.out = out
+        self.idle_ns = idle_ns
+        self.units: dict[str, _UnitTrace] = {}
+        self.expired = 0
+        self._on: dict[str, Callable[[_UnitTrace, str, dict[str, Any]], None]] = {
+            "unit.created": self._created,
+            "unit.ready": self._ready,
+            "unit.accepting": self._accepting,
+            "unit.not_accepting": self._not_accepting,
+            "unit.allocated": self._allocated,
+            "unit.allocation_delivered": self._delivered,
+            "unit.allocation_undelivered": self._undelivered,
+            "unit.busy": self._busy,
+            "unit.idle": self._idle,
+            "unit.draining": self._draining,
+            "unit.stopped": self._stopped,
+            "unit.exited": self._exited,
+            "unit.failed": self._failed,
+            "unit.destroyed": self._destroyed,
+        }
+
+    # -- input -----------------------------------------------------------------------------------
+
+    def __call__(
+        self, unit_id: str, type_: str, at: str, data: dict[str, Any], key: str | None = None
+    ) -> None:
+        """One applied unit event (the tap's signature; `key` when the caller knows it)."""
+        h = self._on.get(type_)
+        if h is None:
+            return
+        u = self.units.get(unit_id)
+        if u is None:
+            w = self.workload
+            u = self.units[unit_id] = _UnitTrace(
+                unit_id, trace_id_of(w, unit_id), span_id_of(w, unit_id, "unit"), at
+            )
+        u.last = at
+        if key is not None:
+            u.key = key
+        # The model validated the event and calls this inside its own error handling: a field
+        # read differently here must neither stop the log nor count the event as invalid.
+        with suppress(KeyError, TypeError, ValueError):
+            h(u, at, data)
+        if type_ == "unit.destroyed":
+            del self.units[unit_id]
+
+    def expire(self, now_ns: int) -> None:
+        """End the traces of units idle for `idle_ns` (as the model forgets them)."""
+        limit = now_ns - self.idle_ns
+        stale = [uid for uid, u in self.units.items() if ns_of(u.last) < limit]
+        for uid in stale:
+            u = self.units.pop(uid)
+            self._close(u, u.last, {"zaroz.unit.expired": True})
+        self.expired += len(stale)
+
+    def close_all(self, at: str | None = None) -> None:
+        """End every open span (end of a replay): at `at`, or each unit's last event."""
+        for u in self.units.values():
+            self._close(u, at or u.last, {"zaroz.span.incomplete": True})
+        self.units.clear()
+
+    # -- span helpers ----------------------------------------------------------------------------
+
+    def _open(self, u: _UnitTrace, kind: str, at: str, attrs: Attrs | None = None) -> _Open:
+        uid = u.uid
+        prev = u.disc.get(kind)
+        n = prev[1] + 1 if prev is not None and prev[0] == at else 0
+        u.disc[kind] = (at, n)
+        sid = span_id_of(self.workload, uid, kind, f"{at}#{n}" if n else at)
+        a = {"zaroz.workload": self.workload, "zaroz.unit.id": uid}
+        if attrs:
+            a.update(attrs)
+        return _Open(sid, at, a)
+
+    def _end(
+        self, u: _UnitTrace, name: str, s: _Open, at: str, error: str | None = None,
+        attrs: Attrs | None = None,
+    ) -> None:
+        start, end = ns_of(s.start), ns_of(at)
+        if attrs:
+            s.attrs.update(attrs)
+        if end < start:  # clock skew between events: keep the span, flag it
+            end = start
+            s.attrs["zaroz.clock_skew"] = True
+        self.out(SpanRecord(name, u.trace_id, s.span_id, u.root_id, start, end, s.attrs,
+                            error=error))
+
+    def _event(self, u: _UnitTrace, name: str, at: str, attrs: Attrs) -> None:
+        if len(u.events) < MAX_ROOT_EVENTS:
+            u.events.append((name, at, attrs))
+        else:
+            u.dropped_events += 1
+
+    def _units_end(self, u: _UnitTrace, at: str, cause: str, for_good: bool) -> None:
+        """What a stop, exit, failure or destruction ends (mirrors the model's `_end`)."""
+        if u.alloc is not None:
+            self._end(u, "allocation", u.alloc, at, "abandoned",
+                      {"zaroz.allocation.outcome": "abandoned"})
+            u.alloc = None
+        if u.drain is not None:
+            self._end(u, "draining", u.drain, at, None, {"zaroz.drain.end": cause})
+            u.drain = None
+        if u.busy is not None:
+            self._end(u, "busy", u.busy, at)
+            u.busy = None
+        if u.incarnation is not None:
+            self._end(u, "incarnation", u.incarnation, at, f"{cause} before ready")
+            u.incarnation = None
+        if for_good and u.starting is not None:
+            self._end(u, "starting", u.starting, at, f"{cause} before ready")
+            u.starting = None
+
+    def _close(self, u: _UnitTrace, at: str, attrs: Attrs) -> None:
+        for name, slot in zip(
+            ("starting", "allocation", "busy", "draining", "incarnation"), _CHILDREN, strict=True
+        ):
+            s = getattr(u, slot)
+            if s is not None:
+                self._end(u, name, s, at, None, attrs)
+                setattr(u, slot, None)
+        self._root(u, at, attrs)
+
+    def _root(self, u: _UnitTrace, at: str, attrs: Attrs) -> None:
+        uid = u.uid
+        a: Attrs = {"zaroz.workload": self.workload, "zaroz.unit.id": uid}
+        if u.key is not None:
+            a["zaroz.unit.key"] = u.key
+        if not u.created_seen:
+            a["zaroz.unit.created_seen"] = False
+        if u.dropped_events:
+            a["zaroz.unit.events_dropped"] = u.dropped_events
+        a.update(attrs)
+        start, end = ns_of(u.start), ns_of(at)
+        if end < start:
+            end = start
+            a["zaroz.clock_skew"] = True
+        events = [(name, ns_of(t), ea) for name, t, ea in u.events]
+        self.out(SpanRecord("unit", u.trace_id, u.root_id, 0, start, end, a, events, u.error))
+
+    # -- event handlers (unit state, occurred_at, data) -----------------------------------------
+
+    def _created(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.created_seen:
+            return
+        u.created_seen = True
+        u.start = at
+        if not u.ready and u.starting is None:
+            u.starting = self._open(u, "starting", at)
+
+    def _ready(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        u.ready = True
+        if u.starting is not None:
+            self._end(u, "starting", u.starting, at)
+            u.starting = None
+        if u.incarnation is not None:
+            self._end(u, "incarnation", u.incarnation, at)
+            u.incarnation = None
+
+    def _accepting(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        self._event(u, "accepting", at, {})
+
+    def _not_accepting(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        self._event(u, "not_accepting", at, {})
+
+    def _allocated(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.alloc is not None:
+            self._end(u, "allocation", u.alloc, at, "superseded",
+                      {"zaroz.allocation.outcome": "superseded"})
+        aid = data.get("allocation_id")
+        u.alloc = self._open(
+            u, "allocation", at,
+            {"zaroz.allocation.id": aid} if type(aid) is str and len(aid) <= 128 else None,
+        )
+
+    def _delivered(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.alloc is not None:
+            self._end(u, "allocation", u.alloc, at, None,
+                      {"zaroz.allocation.outcome": "delivered"})
+            u.alloc = None
+
+    def _undelivered(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.alloc is not None:
+            self._end(u, "allocation", u.alloc, at, "undelivered",
+                      {"zaroz.allocation.outcome": "undelivered"})
+            u.alloc = None
+
+    def _busy(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.busy is None:
+            u.busy = self._open(u, "busy", at)
+
+    def _idle(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.busy is not None:
+            self._end(u, "busy", u.busy, at)
+            u.busy = None
+
+    def _draining(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        if u.drain is None:
+            r = data.get("reason")
+            reason = r if type(r) is str and r in DRAIN_REASONS else "unknown"
+            u.drain = self._open(u, "draining", at, {"zaroz.drain.reason": reason})
+
+    def _stopped(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        self._units_end(u, at, "stopped", True)
+
+    def _exited(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        code, restarted = data["code"], data["restarted"] is True
+        self._units_end(u, at, "exited", not restarted)
+        self._event(u, "exited", at, {"zaroz.exit.code": int(code),
+                                      "zaroz.exit.restarted": restarted})
+        if restarted:
+            u.incarnation = self._open(u, "incarnation", at)
+
+    def _failed(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        reason = str(data["reason"])[:256]
+        self._units_end(u, at, "failed", True)
+        self._event(u, "failed", at, {"zaroz.failure.reason": reason})
+        u.error = f"failed: {reason}"
+
+    def _destroyed(self, u: _UnitTrace, at: str, data: dict[str, Any]) -> None:
+        self._units_end(u, at, "destroyed", True)
+        r = data.get("reason")
+        self._root(u, at, {"zaroz.destroy.reason": r[:256]} if type(r) is str else {})

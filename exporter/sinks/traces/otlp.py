@@ -1,0 +1,339 @@
+"""Span records -> OpenTelemetry SDK spans -> OTLP, with counted drops and failures.
+
+The SDK's `TracerProvider` + `BatchSpanProcessor` + OTLP exporter do batching, encoding, retries
+and the standard `OTEL_*` configuration; spans are started with explicit parent contexts, ids
+(`ids.PresetIds`) and event-clock times, so the SDK adds nothing of its own but the Resource.
+
+Why the wrappers: the BatchSpanProcessor drops spans silently when its queue is full (measured:
+the default 2048-span queue lost about half of a 17k spans/s burst), and the exporter's failures
+only reach a log. `CountingProcessor` and `CountingExporter` count both into `TraceStats`, which
+the metrics read at scrape time. With `backpressure=True` (replay) a full queue is flushed in the
+caller's thread instead of dropping, so a replay loses no span.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import Status, StatusCode
+
+from exporter import __version__
+from exporter.sinks.metrics.family import Registry
+from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_QUEUE_SIZE = 65_536  # ~4 s of a 17k spans/s burst; a span here is ~1-2 KiB
+DEFAULT_MAX_EXPORT_BATCH_SIZE = 4_096
+DEFAULT_SCHEDULE_DELAY_MS = 1_000
+HTTP = "http/protobuf"
+GRPC = "grpc"
+_SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
+
+
+class PresetIds(IdGenerator):
+    """An IdGenerator that hands out the ids set just before `start_span`.
+
+    The SDK asks its IdGenerator for a span id on every span and for a trace id on root spans;
+    presetting them is the supported way to give SDK spans chosen ids. Not thread-safe: one
+    emitting thread per TracerProvider (the event loop).
+    """
+
+    def __init__(self) -> None:
+        self.trace_id = 0
+        self.span_id = 0
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+    def is_trace_id_random(self) -> bool:
+        # Hash-derived ids are uniform but not random in W3C's sense (they repeat by design).
+        return False
+
+
+class TraceStats:
+    """Counters written by the emitting thread (spans, dropped) and the export thread (the rest);
+    each has one writer, and the metrics only read them."""
+
+    def __init__(self) -> None:
+        self.spans = 0  # ended and offered to the processor
+        self.dropped = 0  # never handed to the exporter: queue full, or left at shutdown
+        self.handed = 0  # handed to the exporter
+        self.exported = 0  # accepted by the receiver
+        self.export_failures = 0  # export calls (batches) that failed
+        self.failed_spans = 0  # spans in those batches
+
+
+class CountingExporter(SpanExporter):
+    def __init__(self, inner: SpanExporter, stats: TraceStats) -> None:
+        self.inner = inner
+        self.stats = stats
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        st = self.stats
+        st.handed += len(spans)
+        try:
+            result = self.inner.export(spans)
+        except Exception:  # an exporter bug must not kill the batch thread
+            log.exception("OTLP span export raised")
+            result = SpanExportResult.FAILURE
+        if result is SpanExportResult.SUCCESS:
+            st.exported += len(spans)
+        else:
+            st.export_failures += 1
+            st.failed_spans += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class CountingProcessor(SpanProcessor):
+    """Counts spans and queue-full drops around a BatchSpanProcessor.
+
+    The queue's length is read from the SDK's BatchProcessor (`_batch_processor._queue`, a
+    bounded deque that drops its oldest item when full); if a later SDK moves it, drops are
+    still counted at shutdown, as spans offered but never handed to the exporter.
+    """
+
+    def __init__(self, inner: BatchSpanProcessor, stats: TraceStats, backpressure: bool) -> None:
+        self.inner = inner
+        self.stats = stats
+        self.backpressure = backpressure
+        bp = getattr(inner, "_batch_processor", None)
+        q = getattr(bp, "_queue", None)
+        self._queue = q if q is not None and getattr(q, "maxlen", None) else None
+
+    def on_start(self, span: object, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        st = self.stats
+        st.spans += 1
+        q = self._queue
+        if q is not None and len(q) >= q.maxlen:  # type: ignore[operator]
+            if self.backpressure:
+                self.inner.force_flush()
+            else:
+                st.dropped += 1
+        self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+        st = self.stats
+        st.dropped = max(st.dropped, st.spans - st.handed)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def traces_enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the OTEL_* environment asks for traces: an OTLP endpoint is set (or
+    OTEL_TRACES_EXPORTER=otlp), and neither OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none."""
+    e = os.environ if env is None else env
+    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporter = e.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none":
+        return False
+    return exporter == "otlp" or bool(
+        e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+
+
+def _protocol(protocol: str | None) -> str:
+    p = protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL", HTTP
+    )
+    p = p.strip().lower()
+    if p not in (HTTP, GRPC):
+        raise ValueError(f"unsupported OTLP protocol {p!r}: use {HTTP} or {GRPC}")
+    return p
+
+
+def traces_url(endpoint: str) -> str:
+    """A base OTLP/HTTP endpoint (like OTEL_EXPORTER_OTLP_ENDPOINT) -> its /v1/traces URL;
+    a URL whose path already ends in /v1/traces is kept."""
+    if urlsplit(endpoint).path.rstrip("/").endswith("/v1/traces"):
+        return endpoint
+    return endpoint.rstrip("/") + "/v1/traces"
+
+
+def otlp_exporter(
+    endpoint: str | None = None, protocol: str | None = None, timeout: float | None = None
+) -> SpanExporter:
+    """The OTLP span exporter the OTEL_* environment describes; `endpoint` (a base URL, as
+    `--otlp-endpoint` gives it) overrides the environment's. gRPC needs the `grpc` extra."""
+    if _protocol(protocol) == GRPC:
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise RuntimeError(
+                "OTLP over gRPC needs the grpc extra: pip install 'zaroz-exporter[grpc]'"
+            ) from e
+        return GrpcExporter(endpoint=endpoint, timeout=timeout)  # type: ignore[arg-type]
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(
+        endpoint=traces_url(endpoint) if endpoint else None, timeout=timeout
+    )
+
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name)
+    try:
+        return int(v) if v else default
+    except ValueError:
+        return default
+
+
+@dataclass
+class TraceConfig:
+    """Batching knobs; each defaults to its OTEL_BSP_* variable, then to a burst-sized value."""
+
+    max_queue_size: int = 0
+    max_export_batch_size: int = 0
+    schedule_delay_millis: int = 0
+    backpressure: bool = False  # flush in the caller instead of dropping (replay)
+
+    def resolved(self) -> TraceConfig:
+        q = self.max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE)
+        b = self.max_export_batch_size or _env_int(
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_MAX_EXPORT_BATCH_SIZE
+        )
+        d = self.schedule_delay_millis or _env_int("OTEL_BSP_SCHEDULE_DELAY",
+                                                   DEFAULT_SCHEDULE_DELAY_MS)
+        return TraceConfig(q, min(b, q), d, self.backpressure)
+
+
+def default_resource() -> Resource:
+    """`service.name` from OTEL_SERVICE_NAME (else zaroz-exporter), a `service.instance.id` per
+    process (the pod name when HOSTNAME is set, plus a uuid), and OTEL_RESOURCE_ATTRIBUTES."""
+    instance = f"{os.environ.get('HOSTNAME', 'local')}-{uuid.uuid4().hex[:12]}"
+    attrs = {
+        "service.name": os.environ.get("OTEL_SERVICE_NAME") or "zaroz-exporter",
+        "service.version": __version__,
+        "service.instance.id": instance,
+    }
+    return Resource.create(attrs)
+
+
+class TraceSink:
+    """Owns the SDK pipeline; hands out one `TraceBuilder` (a WorkloadLog tap) per workload.
+
+    Spans are emitted from the thread that applies events (the event loop), one at a time.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        config: TraceConfig | None = None,
+        *,
+        resource: Resource | None = None,
+        idle_ns: int = 24 * 3600 * 10**9,
+    ) -> None:
+        c = (config or TraceConfig()).resolved()
+        self.config = c
+        self.idle_ns = idle_ns
+        self.stats = TraceStats()
+        self.builders: dict[str, TraceBuilder] = {}
+        self._ids = PresetIds()
+        batch = BatchSpanProcessor(
+            CountingExporter(exporter, self.stats),
+            max_queue_size=c.max_queue_size,
+            schedule_delay_millis=c.schedule_delay_millis,
+            max_export_batch_size=c.max_export_batch_size,
+        )
+        self.processor = CountingProcessor(batch, self.stats, c.backpressure)
+        self.provider = TracerProvider(
+            sampler=ALWAYS_ON, resource=resource or default_resource(), id_generator=self._ids
+        )
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("zaroz-exporter", __version__)
+        self._closed = False
+
+    @classmethod
+    def from_env(
+        cls,
+        endpoint: str | None = None,
+        config: TraceConfig | None = None,
+        *,
+        protocol: str | None = None,
+        idle_ns: int = 24 * 3600 * 10**9,
+    ) -> TraceSink:
+        return cls(otlp_exporter(endpoint, protocol), config, idle_ns=idle_ns)
+
+    def builder(self, workload: str) -> TraceBuilder:
+        b = self.builders.get(workload)
+        if b is None:
+            b = self.builders[workload] = TraceBuilder(workload, self.emit, idle_ns=self.idle_ns)
+        return b
+
+    def units_tracked(self) -> int:
+        return sum(len(b.units) for b in self.builders.values())
+
+    def emit(self, r: SpanRecord) -> None:
+        """One finished span record -> one SDK span, ended at once (so the processor queues it)."""
+        ids = self._ids
+        ids.trace_id = r.trace_id
+        ids.span_id = r.span_id
+        if r.parent_id:
+            parent = trace_api.SpanContext(r.trace_id, r.parent_id, False, _SAMPLED)
+            ctx = trace_api.set_span_in_context(trace_api.NonRecordingSpan(parent), Context())
+        else:
+            ctx = Context()  # explicit: never the ambient context
+        span = self.tracer.start_span(r.name, ctx, attributes=r.attributes, start_time=r.start_ns)
+        for name, ns, attrs in r.events:
+            span.add_event(name, attrs, timestamp=ns)
+        if r.error is not None:
+            span.set_status(Status(StatusCode.ERROR, r.error))
+        span.end(end_time=r.end_ns)
+
+    def expire(self, now_ns: int) -> None:
+        for b in self.builders.values():
+            b.expire(now_ns)
+
+    def close_all(self, at: Mapping[str, str] | None = None) -> None:
+        """End every open unit's spans (replay: the log is over), at `at[workload]` (the log's
+        last occurred_at) or else at each unit's last event."""
+        for w, b in self.builders.items():
+            b.close_all((at or {}).get(w) or None)
+
+    def register(self, registry: Registry) -> None:
+        """Expose the counters as catalog metrics, read at scrape time (they are written from
+        the export thread, and pushing into series from two threads would race)."""
+        st = self.stats
+        registry["zaroz_traces_spans_total"].callback((), lambda: st.spans)
+        registry["zaroz_traces_spans_exported_total"].callback((), lambda: st.exported)
+        registry["zaroz_traces_spans_dropped_total"].callback((), lambda: st.dropped)
+        registry["zaroz_traces_export_failures_total"].callback((), lambda: st.export_failures)
+        registry["zaroz_traces_units_tracked"].callback((), self.units_tracked)
+
+    def flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        """Export what is queued and stop; open spans are not exported (see builder)."""
+        if not self._closed:
+            self._closed = True
+            self.provider.shutdown()
