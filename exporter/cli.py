@@ -82,6 +82,12 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          type=float, default=60.0)
     _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is dropped",
          type=float, default=24 * 3600.0)
+    _add(p, "--otlp-endpoint", help="export each unit's lifecycle as an OTLP trace to this base "
+         "URL; also on when OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set (OTEL_* variables "
+         "configure protocol, headers, service name)", default=None)
+    _add(p, "--otlp-max-queue-size", help="spans buffered for export before drops are counted",
+         type=int, default=65536)
+    _add(p, "--otlp-batch-size", help="spans per OTLP export request", type=int, default=4096)
     _add(p, "--total-shards", help="number of shards; each workload is exported by one",
          type=int, default=1)
     _add(p, "--shard", help="this instance's shard ordinal (default: from the StatefulSet pod "
@@ -128,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
          action="store_true", default=False, scope="REPLAY_")
     _add(replay, "--openmetrics", help="print OpenMetrics instead of text 0.0.4",
          action="store_true", default=False, scope="REPLAY_")
+    _add(replay, "--otlp-endpoint", help="also export each unit's lifecycle as an OTLP trace "
+         "to this base URL (as OTEL_EXPORTER_OTLP_ENDPOINT)", default=None, scope="REPLAY_")
 
     demo = sub.add_parser("demo", formatter_class=_Formatter,
                           help="simulated platform + exporter on loopback",
@@ -155,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         from exporter import replay
 
-        return replay.run(args.files, args.workload, args.summary, args.openmetrics)
+        return replay.run(args.files, args.workload, args.summary, args.openmetrics,
+                          otlp_endpoint=args.otlp_endpoint)
     from exporter import logs
 
     logs.setup(args.log_level, args.log_format)

@@ -43,6 +43,7 @@ class Running:
     supervisor: TailSupervisor | None = None
     kube: Any = None  # exporter.sources.kube.reflector.KubeSource
     unitsignals: UnitSignalModel | None = None
+    traces: Any = None  # exporter.sinks.traces.otlp.TraceSink
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def readiness(self) -> tuple[bool, str]:
@@ -66,6 +67,21 @@ class Running:
             await self.kube.stop()
         await self.runner.cleanup()
         await self.session.close()
+        if self.traces is not None:  # flushing may block on the collector: not on the loop
+            await asyncio.get_running_loop().run_in_executor(None, self.traces.shutdown)
+
+
+def _trace_sink(args: argparse.Namespace) -> Any:
+    """Traces when --otlp-endpoint or the standard OTEL_* endpoint variables ask for them."""
+    from exporter.sinks.traces import otlp
+
+    if not (args.otlp_endpoint or otlp.traces_enabled()):
+        return None
+    config = otlp.TraceConfig(max_queue_size=args.otlp_max_queue_size,
+                              max_export_batch_size=args.otlp_batch_size)
+    sink = otlp.TraceSink.from_env(args.otlp_endpoint or None, config)
+    log.info("exporting traces", extra={"endpoint": args.otlp_endpoint or "from OTEL_* env"})
+    return sink
 
 
 async def _expire_loop(pipeline: Pipeline) -> None:
@@ -128,7 +144,8 @@ async def start(args: argparse.Namespace) -> Running:
     if not 0 <= args.wait <= 60:
         raise SystemExit("--wait must be within 0..60")
     shard = shard_from(args)
-    pipeline = Pipeline(idle_seconds=args.unit_idle_timeout)
+    traces = _trace_sink(args)
+    pipeline = Pipeline(idle_seconds=args.unit_idle_timeout, traces=traces)
     pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
     pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
     owns = shard.owns if shard.total > 1 else None
@@ -154,7 +171,7 @@ async def start(args: argparse.Namespace) -> Running:
                            gzip_level=args.gzip_level)
     runner, url = await start_site(server.app, args.listen)
     running = Running(url, pipeline, runner, session, supervisor,
-                      kube[0] if kube else None, kube[1] if kube else None)
+                      kube[0] if kube else None, kube[1] if kube else None, traces=traces)
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()

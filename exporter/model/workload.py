@@ -48,7 +48,7 @@ class WorkloadLog:
         self.expired = 0
         self.last_at = ""  # occurred_at of the last event applied, parsed when read
         # Optional consumer of every applied unit event, in seq order (the trace builder).
-        self.tap: Callable[[str, str, str, dict[str, Any]], None] | None = None
+        self.tap: Callable[[str, str, str, dict[str, Any], str | None], None] | None = None
 
     @property
     def clock(self) -> int:
@@ -176,7 +176,7 @@ class WorkloadLog:
                     if t == "unit.destroyed":
                         del units[uid]
                 if self.tap is not None:
-                    self.tap(uid, t, at, ev["data"])
+                    self.tap(uid, t, at, ev["data"], unit.get("key"))
             elif t == "units.scaled":
                 self.obs.desired(ev["data"]["to"])
         except (ValueError, KeyError, TypeError):
