@@ -82,6 +82,21 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          type=float, default=60.0)
     _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is dropped",
          type=float, default=24 * 3600.0)
+    _add(p, "--webhook-secret-file", help="file of accepted webhook secrets, one per line "
+         "(repeat for rotation; re-read when changed); enables POST /v1/webhooks/events",
+         action="append", default=[])
+    _add(p, "--webhook-tolerance", help="seconds a webhook signature timestamp may be off",
+         type=float, default=300.0)
+    _add(p, "--webhook-max-body", help="largest webhook body, bytes", type=int, default=1 << 20)
+    _add(p, "--webhook-gap-grace", help="seconds events wait behind a gap before the route is "
+         "asked for the missing ones", type=float, default=2.0)
+    _add(p, "--webhook-gap-give-up", help="seconds before a gap is given up when no route "
+         "tailer can fetch it", type=float, default=60.0)
+    _add(p, "--state-dir", help="directory for restart-safe checkpoints (written at each "
+         "scrape); none: no checkpoints", default=None)
+    _add(p, "--start-from", help="where each workload's log starts: checkpoint (if any, else "
+         "earliest), head, or earliest", default="checkpoint",
+         choices=["checkpoint", "head", "earliest"])
     _add(p, "--otlp-endpoint", help="export each unit's lifecycle as an OTLP trace to this base "
          "URL; also on when OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set (OTEL_* variables "
          "configure protocol, headers, service name)", default=None)

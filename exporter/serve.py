@@ -17,16 +17,20 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.cluster import NamespaceHandler, build_cluster
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
 from exporter.sharding import Shard, ordinal_from_pod_name
 from exporter.sinks.metrics.route import RouteMetrics
+from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.backoff import Backoff
+from exporter.sources.intake import Intake
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.sources.token import TokenFile
+from exporter.sources.webhook import SecretFiles, add_webhook_routes
 
 log = logging.getLogger("exporter.serve")
 EXPIRE_INTERVAL_S = 60.0
@@ -44,6 +48,8 @@ class Running:
     kube: Any = None  # exporter.sources.kube.reflector.KubeSource
     unitsignals: UnitSignalModel | None = None
     traces: Any = None  # exporter.sinks.traces.otlp.TraceSink
+    intake: Intake | None = None
+    checkpointer: Checkpointer | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def readiness(self) -> tuple[bool, str]:
@@ -56,6 +62,9 @@ class Running:
         return self.readiness()[0]
 
     async def stop(self) -> None:
+        """No checkpoint here: it must stay equal to what the last scrape exposed."""
+        if self.intake is not None:
+            self.intake.close()
         for t in self.tasks:
             t.cancel()
         for t in self.tasks:
@@ -67,6 +76,8 @@ class Running:
             await self.kube.stop()
         await self.runner.cleanup()
         await self.session.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         if self.traces is not None:  # flushing may block on the collector: not on the loop
             await asyncio.get_running_loop().run_in_executor(None, self.traces.shutdown)
 
@@ -151,27 +162,50 @@ async def start(args: argparse.Namespace) -> Running:
     owns = shard.owns if shard.total > 1 else None
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     backoff = functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max)
-    supervisor = None
+    webhook_metrics = WebhookMetrics(pipeline.registry)
+    try:
+        checkpointer = (Checkpointer(args.state_dir, pipeline, webhook_metrics)
+                        if args.state_dir else None)
+    except CheckpointError as e:
+        await session.close()
+        raise SystemExit(f"zaroz-exporter: {e}") from e
+    supervisor = client = None
     if args.events_url:
         token = TokenFile(args.events_token_file) if args.events_token_file else None
         client = RouteClient(session, args.events_url, token,
                              timeout_margin=args.request_timeout_margin)
+    try:
+        start_cursor = prepare_start(args.start_from, checkpointer, client)
+    except (CheckpointError, ValueError) as e:
+        await session.close()
+        raise SystemExit(f"zaroz-exporter: --start-from {args.start_from}: {e}") from e
+    if client is not None:
         supervisor = TailSupervisor(
             client, pipeline, RouteMetrics(pipeline.registry), args.workload or None,
             args.discovery_interval, backoff_factory=backoff, owns=owns,
-            limit=args.page_limit, wait=args.wait,
+            start_cursor=start_cursor, limit=args.page_limit, wait=args.wait,
         )
     kube = _kube_source(args, session, pipeline, owns)
-    if supervisor is None and kube is None:
+    if supervisor is None and kube is None and not args.webhook_secret_file:
         await session.close()
         raise SystemExit("zaroz-exporter serve: nothing to export: give --events-url "
-                         "(ZAROZ_EXPORTER_EVENTS_URL) and/or a Kubernetes configuration")
+                         "(ZAROZ_EXPORTER_EVENTS_URL), --webhook-secret-file, and/or a "
+                         "Kubernetes configuration")
     running_box: list[Running] = []
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
-                           gzip_level=args.gzip_level)
+                           gzip_level=args.gzip_level, checkpointer=checkpointer)
+    intake = None
+    if args.webhook_secret_file:
+        intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,
+                        give_up_after=args.webhook_gap_give_up)
+        add_webhook_routes(server.app, intake,
+                           SecretFiles(args.webhook_secret_file, webhook_metrics),
+                           webhook_metrics, tolerance_s=args.webhook_tolerance,
+                           max_body=args.webhook_max_body)
     runner, url = await start_site(server.app, args.listen)
     running = Running(url, pipeline, runner, session, supervisor,
-                      kube[0] if kube else None, kube[1] if kube else None, traces=traces)
+                      kube[0] if kube else None, kube[1] if kube else None, traces=traces,
+                      intake=intake, checkpointer=checkpointer)
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import html
+import logging
 import time
 import zlib
 from collections.abc import Callable
@@ -11,15 +11,12 @@ from collections.abc import Callable
 from aiohttp import web
 
 from exporter import __version__
-from exporter.sinks.metrics.exposition import (
-    OPENMETRICS_TYPE,
-    TEXT_TYPE,
-    render,
-    wants_openmetrics,
-)
+from exporter.checkpoint import Checkpointer, CheckpointError, render_checkpointed
+from exporter.sinks.metrics.exposition import OPENMETRICS_TYPE, TEXT_TYPE, wants_openmetrics
 from exporter.sinks.metrics.family import Registry
 
 Readiness = Callable[[], tuple[bool, str]]
+log = logging.getLogger("exporter.server")
 
 
 def _accepts_gzip(header: str | None) -> bool:
@@ -40,8 +37,10 @@ class MetricsServer:
         *,
         gzip_level: int = 1,
         links: dict[str, str] | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.registry = registry
+        self.checkpointer = checkpointer
         self.readiness = readiness or (lambda: (True, "no sources"))
         self.gzip_level = gzip_level
         self.links = links or {}
@@ -55,20 +54,25 @@ class MetricsServer:
         self.app.router.add_get("/readyz", self.readyz)
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
-        """Streams the exposition family by family, yielding to ingestion between families."""
+        """Renders the whole exposition before the first await (so it is exactly the state a
+        checkpoint saved), then streams it chunk by chunk."""
         start = time.perf_counter()
         om = wants_openmetrics(request.headers.get("Accept"))
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
+        try:
+            chunks = render_checkpointed(self.registry, om, self.checkpointer)
+        except CheckpointError as e:
+            log.error("scrape refused: the checkpoint could not be saved", extra={"error": str(e)})
+            return web.Response(status=503, text=f"checkpoint failed: {e}\n")
         resp = web.StreamResponse(headers={"Content-Type": OPENMETRICS_TYPE if om else TEXT_TYPE})
         if gz:
             resp.headers["Content-Encoding"] = "gzip"
             comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)
         await resp.prepare(request)
         size = 0
-        for chunk in render(self.registry, om):
+        for chunk in chunks:
             size += len(chunk)
             await resp.write(comp.compress(chunk) if gz else chunk)
-            await asyncio.sleep(0)
         if gz:
             await resp.write(comp.flush())
         await resp.write_eof()

@@ -1,0 +1,214 @@
+"""Checkpoints: each workload's cursor and model state in `--state-dir`, so that a restart
+neither counts an event twice nor misses one.
+
+Counters restart at zero in a new process and Prometheus' `increase()` adds the two processes'
+counts, so what the old process contributed is exactly its last exposition. The checkpoint must
+therefore equal what the last scrape exposed: it is written at scrape time, synchronously, just
+before the exposition is rendered (`render_checkpointed`), with no await in between so no event
+slips into one and not the other. Events applied after that scrape and before a crash were never
+exposed: the next process re-applies them from the route (its cursor is the checkpoint's). Events
+exposed are never applied again.
+
+The whole state is one file, replaced atomically (temp file, fsync, rename, fsync of the
+directory): per-workload files could leave a crash between two renames with some workloads ahead
+of what was exposed. The model's state (pending events, units in flight, event clock) is part of
+it, so an interval that spans a restart (created before, ready after) is still measured.
+
+A lock (flock) on the state directory keeps a second exporter from sharing it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from exporter.pipeline import Pipeline
+from exporter.sinks.metrics.exposition import render
+from exporter.sinks.metrics.webhook import WebhookMetrics
+from exporter.sources.route import CursorExpired, RouteClient
+
+log = logging.getLogger(__name__)
+
+FILE = "checkpoint.json"
+LOCK = "lock"
+VERSION = 1
+START_FROM = ("checkpoint", "head", "earliest")
+
+
+class CheckpointError(Exception):
+    """The checkpoint could not be written or read."""
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        pipeline: Pipeline,
+        metrics: WebhookMetrics | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.dir = Path(state_dir)
+        self.path = self.dir / FILE
+        self.pipeline = pipeline
+        self.metrics = metrics if metrics is not None else WebhookMetrics(pipeline.registry)
+        self.clock = clock
+        self._last: bytes | None = None
+        self._lock_fd: int | None = None
+
+    # -- state --------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        desired = self.pipeline.registry["zaroz_workload_desired_units"].series
+        workloads = {}
+        for w, wl in self.pipeline.logs.items():
+            entry: dict[str, Any] = {"cursor": wl.applied_through, "log": wl.snapshot()}
+            d = desired.get((w,))
+            if d is not None:
+                # The only observer state read from the log: a gauge set by units.scaled.
+                entry["desired"] = d.value
+            workloads[w] = entry
+        return {"v": VERSION, "workloads": workloads}
+
+    def save(self) -> bool:
+        """Write the checkpoint if the state changed; True when written. Synchronous on purpose
+        (see the module docstring). Raises CheckpointError when it cannot be written."""
+        start = time.perf_counter()
+        try:
+            self._lock()
+            data = orjson.dumps(self.state())
+            if data == self._last:
+                self.metrics.saved("unchanged")
+                return False
+            tmp = self.dir / (FILE + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            _fsync_dir(self.dir)
+        except (OSError, TypeError, ValueError) as e:
+            self.metrics.saved("error")
+            log.error("checkpoint not written", extra={
+                "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
+            raise CheckpointError(f"cannot write checkpoint in {self.dir}: {e}") from e
+        self._last = data
+        self.metrics.saved("written", self.clock(), time.perf_counter() - start, len(data))
+        return True
+
+    def load(self) -> int:
+        """Restore every workload of the checkpoint into the pipeline (before the tailers and the
+        webhook receiver start); returns how many. No checkpoint: 0. A checkpoint that cannot be
+        read raises CheckpointError: starting over silently would count everything again."""
+        self._lock()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            log.info("no checkpoint: starting at the beginning of each log",
+                     extra={"state_dir": str(self.dir)})
+            return 0
+        except OSError as e:
+            raise CheckpointError(f"cannot read {self.path}: {e}") from e
+        try:
+            state = orjson.loads(raw)
+            if state.get("v") != VERSION:
+                raise ValueError(f"unsupported checkpoint version {state.get('v')!r}")
+            for w, entry in state["workloads"].items():
+                wl = self.pipeline.workload(w)
+                wl.restore(entry["log"])
+                if "desired" in entry:
+                    self.pipeline.registry["zaroz_workload_desired_units"].labels(w).set(
+                        entry["desired"])
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"checkpoint {self.path} is unreadable ({e}); move it away and choose "
+                "--start-from head or earliest") from e
+        self._last = raw
+        n = len(state["workloads"])
+        log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
+        return n
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise CheckpointError(f"{self.dir} is in use by another exporter") from e
+        self._lock_fd = fd
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def render_checkpointed(registry: Any, openmetrics: bool,
+                        checkpointer: Checkpointer | None) -> list[bytes]:
+    """Save the checkpoint, then render the whole exposition, with no await in between or
+    during: the exposition is then exactly the checkpointed state. Raises CheckpointError (the
+    scrape must then fail: exposing unsaved counts would count them twice after a crash)."""
+    if checkpointer is not None:
+        checkpointer.save()
+    return list(render(registry, openmetrics))
+
+
+# -- where tailing starts (--start-from) ------------------------------------------------------
+
+
+async def route_head(client: RouteClient, workload: str) -> int:
+    """The route's head_seq for a workload, from one `wait=0, limit=1` page."""
+    try:
+        page = await client.events(workload, 0, 1, 0)
+    except CursorExpired as e:
+        page = await client.events(workload, e.oldest_seq - 1, 1, 0)
+    return page.head_seq
+
+
+def prepare_start(
+    start_from: str,
+    checkpointer: Checkpointer | None,
+    client: RouteClient | None,
+) -> Callable[[str], Awaitable[int]] | None:
+    """Apply --start-from before the tailers start; returns the supervisor's `start_cursor`.
+
+    checkpoint: restore the checkpoint when there is one (each workload then resumes at its
+      cursor; workloads not in it start at the beginning of their log);
+    head: ignore any checkpoint; every workload known at the first discovery starts at the
+      route's current head_seq (later workloads are new and start at the beginning);
+    earliest: ignore any checkpoint; start every log at its beginning.
+    """
+    if start_from not in START_FROM:
+        raise ValueError(f"--start-from must be one of {', '.join(START_FROM)}")
+    if start_from == "checkpoint":
+        if checkpointer is not None:
+            checkpointer.load()
+        return None
+    if start_from == "head":
+        if client is None:
+            raise ValueError("--start-from head needs the events route (--events-url)")
+        return functools.partial(route_head, client)
+    return None

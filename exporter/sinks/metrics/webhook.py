@@ -1,0 +1,53 @@
+"""The webhook receiver's, intake's and checkpointer's health, as `zaroz_webhook_*` and
+`zaroz_checkpoint_*` metrics: one place that knows their names."""
+
+from __future__ import annotations
+
+from exporter.sinks.metrics.family import Registry
+
+# Every result the receiver can count; series exist at 0 from the start so rates work at once.
+DELIVERY_RESULTS = (
+    "accepted", "duplicate", "ping", "invalid", "ignored",
+    "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp", "no_secret",
+    "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
+)  # fmt: skip
+BACKFILL_REASONS = ("gap", "ping")
+SAVE_RESULTS = ("written", "unchanged", "error")
+
+
+class WebhookMetrics:
+    def __init__(self, registry: Registry) -> None:
+        fam = registry["zaroz_webhook_deliveries_total"]
+        self._deliveries = {r: fam.labels(r) for r in DELIVERY_RESULTS}
+        self._backfills = registry["zaroz_webhook_backfills_total"]
+        self._cursor = registry["zaroz_webhook_cursor"]
+        self._last = registry["zaroz_webhook_last_delivery_timestamp_seconds"]
+        self._secrets = registry["zaroz_webhook_secrets"].labels()
+        saves = registry["zaroz_checkpoint_saves_total"]
+        self._saves = {r: saves.labels(r) for r in SAVE_RESULTS}
+        self._save_at = registry["zaroz_checkpoint_last_save_timestamp_seconds"].labels()
+        self._save_s = registry["zaroz_checkpoint_last_save_duration_seconds"].labels()
+        self._save_bytes = registry["zaroz_checkpoint_bytes"].labels()
+
+    def delivery(self, result: str) -> None:
+        self._deliveries[result].inc()
+
+    def delivered(self, workload: str, unix_time: float) -> None:
+        self._last.labels(workload).set(unix_time)
+
+    def backfill(self, workload: str, reason: str) -> None:
+        self._backfills.labels(workload, reason).inc()
+
+    def cursor(self, workload: str, seq: int) -> None:
+        self._cursor.labels(workload).set(seq)
+
+    def secrets(self, n: int) -> None:
+        self._secrets.set(n)
+
+    def saved(self, result: str, unix_time: float = 0.0, seconds: float = 0.0,
+              size: int = 0) -> None:
+        self._saves[result].inc()
+        if result == "written":
+            self._save_at.set(unix_time)
+            self._save_s.set(seconds)
+            self._save_bytes.set(size)

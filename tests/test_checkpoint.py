@@ -1,0 +1,301 @@
+"""Checkpoints: model snapshot/restore, atomic saves at scrape time, --start-from, and a real
+kill -9 and restart whose two last scrapes add up to the simulator's ground truth exactly.
+
+Run as a script (`python -m tests.test_checkpoint ROUTE_URL STATE_DIR WORKLOAD...`), this module
+is the exporter under test in the restart test: Pipeline + TailSupervisor + Checkpointer behind a
+/metrics that saves the checkpoint before rendering, as the lead's server will.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from exporter import catalog
+from exporter.checkpoint import (
+    FILE,
+    Checkpointer,
+    CheckpointError,
+    prepare_start,
+    render_checkpointed,
+)
+from exporter.model.observations import Recorder
+from exporter.model.workload import WorkloadLog
+from exporter.pipeline import Pipeline
+from exporter.sim.config import SimConfig
+from exporter.sim.route import RouteServer
+from exporter.sinks.metrics.exposition import render_bytes
+from exporter.sinks.metrics.route import RouteMetrics
+from exporter.sources.backoff import Backoff
+from exporter.sources.route import RouteClient
+from exporter.sources.tailer import TailSupervisor
+from tests.simlogs import assert_matches_truth, finite_logs, parse
+
+LOGS, TRUTH = finite_logs(seed=9, workloads=2, seconds=240, rate=0.6)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- model snapshot/restore ----------------------------------------------------------------------
+
+
+def test_snapshot_restore_continues_exactly():
+    """Half a log, a snapshot through JSON, the rest into a fresh log: same observations as one
+    uninterrupted log, including a seq held back behind a gap across the restart."""
+    events = LOGS["wl-1"]
+    cut = len(events) // 2
+    held = events[cut - 5]  # arrives only after the restart: pending events cross it
+    whole = Recorder()
+    one = WorkloadLog(whole)
+    for e in events:
+        one.offer(e)
+    first, second = Recorder(), Recorder()
+    a = WorkloadLog(first)
+    for e in events[:cut]:
+        if e is not held:
+            a.offer(e)
+    state = orjson.loads(orjson.dumps(a.snapshot()))
+    assert len(state["pending"]) == 4 and state["units"]
+    b = WorkloadLog(second)
+    b.restore(state)
+    b.offer(held)
+    for e in events[cut:]:
+        b.offer(e)
+    assert first.calls + second.calls == whole.calls
+    assert b.snapshot() == one.snapshot()
+
+
+def test_restore_refuses_unknown_version():
+    with pytest.raises(ValueError):
+        WorkloadLog(Recorder()).restore({"v": 99})
+
+
+# -- Checkpointer ----------------------------------------------------------------------------------
+
+
+def _fed(events: int) -> Pipeline:
+    p = Pipeline()
+    for e in LOGS["wl-1"][:events]:
+        p.workload("wl-1").offer(e)
+    return p
+
+
+def test_save_load_and_unchanged(tmp_path: Path):
+    p = _fed(300)
+    cp = Checkpointer(tmp_path, p)
+    assert cp.save() is True
+    assert cp.save() is False  # nothing changed: nothing written
+    assert not (tmp_path / (FILE + ".tmp")).exists()
+    p.workload("wl-1").offer(LOGS["wl-1"][300])
+    assert cp.save() is True
+    cp.close()
+    q = Pipeline()
+    cp2 = Checkpointer(tmp_path, q)
+    assert cp2.load() == 1
+    assert q.logs["wl-1"].snapshot() == p.logs["wl-1"].snapshot()
+    desired = q.registry["zaroz_workload_desired_units"].series[("wl-1",)].value
+    assert desired == p.registry["zaroz_workload_desired_units"].series[("wl-1",)].value
+    text = render_bytes(q.registry).decode()
+    assert 'zaroz_checkpoint_saves_total{result="written"} 0' in text  # a new process's counters
+
+
+def test_second_exporter_on_same_state_dir_refused(tmp_path: Path):
+    Checkpointer(tmp_path, Pipeline()).save()
+    with pytest.raises(CheckpointError, match="in use"):
+        Checkpointer(tmp_path, Pipeline()).load()
+
+
+def test_corrupt_checkpoint_refuses_to_start(tmp_path: Path):
+    (tmp_path / FILE).write_bytes(b'{"v": 1, "workloads": {"wl-1": {"log": {"v": 1}}}}')
+    with pytest.raises(CheckpointError, match="start-from"):
+        Checkpointer(tmp_path, Pipeline()).load()
+    cp = Checkpointer(tmp_path / "other", Pipeline())
+    assert prepare_start("earliest", cp, None) is None  # ignores any checkpoint
+
+
+def test_unwritable_state_dir_fails_the_scrape(tmp_path: Path):
+    (tmp_path / "file").write_text("x")
+    p = _fed(10)
+    with pytest.raises(CheckpointError):
+        render_checkpointed(p.registry, False, Checkpointer(tmp_path / "file" / "sub", p))
+
+
+def test_render_checkpointed_equals_checkpoint(tmp_path: Path):
+    p = _fed(200)
+    cp = Checkpointer(tmp_path, p)
+    text = b"".join(render_checkpointed(p.registry, False, cp)).decode()
+    saved = orjson.loads((tmp_path / FILE).read_bytes())
+    assert f'zaroz_events_last_seq{{workload="wl-1"}} {saved["workloads"]["wl-1"]["cursor"]}' \
+        in text
+
+
+async def test_start_from_head(tmp_path: Path):
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    url = await route.start()
+    route.append("wl-1", LOGS["wl-1"][:50])
+    p = Pipeline()
+    async with aiohttp.ClientSession() as s:
+        client = RouteClient(s, url)
+        sup = TailSupervisor(client, p, RouteMetrics(p.registry), ["wl-1"],
+                             start_cursor=prepare_start("head", None, client), wait=1)
+        await sup.start()
+        try:
+            for _ in range(200):
+                if sup.ready():
+                    break
+                await asyncio.sleep(0.01)
+            assert p.logs["wl-1"].applied_through == 50
+            route.append("wl-1", LOGS["wl-1"][50:55])
+            for _ in range(200):
+                if p.logs["wl-1"].applied_through == 55:
+                    break
+                await asyncio.sleep(0.01)
+            applied = p.registry["zaroz_events_total"].series
+            assert sum(s.value for k, s in applied.items() if k[0] == "wl-1") == 5
+            assert p.registry["zaroz_events_gaps_total"].series[("wl-1",)].value == 0
+        finally:
+            await sup.stop()
+            await route.stop()
+
+
+# -- kill -9 and restart ------------------------------------------------------------------------
+
+
+async def _harness(route_url: str, state_dir: str, workloads: list[str]) -> None:
+    from aiohttp import web
+
+    from exporter.server import start_site
+    from exporter.sinks.metrics.exposition import TEXT_TYPE
+
+    pipeline = Pipeline()
+    checkpointer = Checkpointer(state_dir, pipeline)
+    session = aiohttp.ClientSession()
+    client = RouteClient(session, route_url)
+    start_cursor = prepare_start("checkpoint", checkpointer, client)
+    supervisor = TailSupervisor(
+        client, pipeline, RouteMetrics(pipeline.registry), workloads,
+        backoff_factory=lambda: Backoff(0.01, 0.1, rng=random.Random(0)),
+        start_cursor=start_cursor, wait=1, limit=37)
+
+    async def metrics(request: web.Request) -> web.Response:
+        try:
+            chunks = render_checkpointed(pipeline.registry, False, checkpointer)
+        except CheckpointError as e:
+            return web.Response(status=503, text=str(e))
+        return web.Response(body=b"".join(chunks), headers={"Content-Type": TEXT_TYPE})
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    _, url = await start_site(app, "127.0.0.1:0")
+    await supervisor.start()
+    print(url, flush=True)
+    await asyncio.Event().wait()
+
+
+async def _spawn(route_url: str, state_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.test_checkpoint", route_url, str(state_dir), *LOGS,
+        stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    return proc, line.decode().strip()
+
+
+async def _scrape(url: str) -> dict:
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
+        assert r.status == 200
+        return parse(await r.text())
+
+
+def _last_seq(samples: dict, w: str) -> float:
+    return samples.get(("zaroz_events_last_seq", frozenset({("workload", w)})), 0)
+
+
+async def _scrape_until(url: str, pred, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = await _scrape(url)
+        if pred(samples):
+            return samples
+        assert time.monotonic() < deadline, "exporter did not get there in time"
+        await asyncio.sleep(0.1)
+
+
+def _combine(first: dict, last: dict) -> dict:
+    """What Prometheus' increase() sees across a restart: counters and histograms of the two
+    processes add up; gauges are the last process's."""
+    gauges = {m.name for m in catalog.METRICS if m.kind is not catalog.Kind.COUNTER
+              and m.kind is not catalog.Kind.HISTOGRAM}
+    out: dict = defaultdict(float)
+    for samples in (first, last):
+        for key, v in samples.items():
+            if key[0] in gauges:
+                continue
+            out[key] += v
+    for key, v in last.items():
+        if key[0] in gauges:
+            out[key] = v
+    return dict(out)
+
+
+async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    route_url = await route.start()
+    n = {w: len(evs) for w, evs in LOGS.items()}
+    fed = dict.fromkeys(LOGS, 0)
+
+    def feed(fraction: float) -> None:
+        for w, evs in LOGS.items():
+            upto = int(n[w] * fraction)
+            route.append(w, evs[fed[w]:upto])
+            fed[w] = upto
+
+    procs = []
+    try:
+        feed(0.3)
+        proc, url = await _spawn(route_url, tmp_path)
+        procs.append(proc)
+        for f in (0.4, 0.5, 0.6):  # scrapes while the stream goes on
+            await _scrape_until(url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
+            feed(f)
+        first = await _scrape_until(
+            url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
+        feed(0.7)  # applied by the first process but never scraped: must count in the second
+        await asyncio.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        saved = orjson.loads((tmp_path / FILE).read_bytes())["workloads"]
+        assert all(saved[w]["cursor"] == _last_seq(first, w) for w in LOGS)
+        # Units created before the kill and not ready yet: their readiness spans the restart.
+        waiting = sum(1 for w in LOGS for u in saved[w]["log"]["units"].values()
+                      if u[0] is not None and not u[1])
+        assert waiting > 0
+
+        feed(1.0)
+        proc, url = await _spawn(route_url, tmp_path)
+        procs.append(proc)
+        last = await _scrape_until(url, lambda s: all(_last_seq(s, w) == n[w] for w in LOGS))
+        combined = _combine(first, last)
+        assert assert_matches_truth(combined, TRUTH, list(LOGS)) > 100
+        # The counterfactual: a checkpoint newer than the last scrape would have lost events.
+        assert sum(v for k, v in last.items() if k[0] == "zaroz_events_total") < sum(n.values())
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGKILL)
+                await p.wait()
+        await route.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(_harness(sys.argv[1], sys.argv[2], sys.argv[3:]))
