@@ -1,4 +1,4 @@
-"""`python -m bench [replay] [scrape]`: run the benchmarks with their defaults, one at a time.
+"""`python -m bench [replay] [scrape] [cluster] [webhook] [traces]`: run the benchmarks with their defaults, one at a time.
 
 Each runs in its own interpreter, so the first one's memory and caches cannot colour the second.
 """
@@ -10,7 +10,7 @@ import sys
 
 from bench._common import ROOT, child_env
 
-BENCHMARKS = ("replay", "scrape")
+BENCHMARKS = ("replay", "scrape", "cluster", "webhook", "traces")
 
 
 def main(argv: list[str]) -> int:
