@@ -1,4 +1,4 @@
-"""`python -m bench [replay] [scrape] [cluster] [webhook] [traces]`: run the benchmarks with their defaults, one at a time.
+"""`python -m bench [NAME...]`: run the benchmarks with their defaults, one at a time.
 
 Each runs in its own interpreter, so the first one's memory and caches cannot colour the second.
 """

@@ -105,7 +105,8 @@ def test_a_unit_lifecycle_becomes_one_trace_with_the_expected_tree(rx):
     assert root.span_id == f"{span_id_of(WL, 'u1', 'unit'):016x}"
     assert (root.start_ns, root.end_ns) == (ns(log, 1), ns(log, 18))
     assert root.attributes == {
-        "zaroz.workload": WL, "zaroz.unit.id": "u1", "zaroz.destroy.reason": "scaled down",
+        "zaroz.workload": WL, "zaroz.unit.id": "u1", "zaroz.unit.key": "u1",
+        "zaroz.destroy.reason": "scaled down",
     }
     assert root.status_code == 0
     assert [(e[0], e[1], e[2]) for e in root.events] == [

@@ -1,0 +1,297 @@
+"""Alerting rules, built from `alerts.config.Config` and the recording rules.
+
+Style follows kubernetes-mixin: CamelCase names with one prefix, a `severity` label (critical
+pages, warning opens a ticket, info only annotates), a static `summary`, a templated
+`description` and a `runbook_url` whose anchor is the alert name in lower case (the anchor
+GitHub gives the `## <Alert>` heading in docs/runbooks.md). SLO alerts follow the SRE workbook's
+multi-window multi-burn-rate recipe: one alert name, one rule per (long, short) window pair,
+told apart by `long`/`short` labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alerts import recording
+from alerts.config import SLO, Config
+
+PREFIX = "Zaroz"
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One `alert:` entry."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+    group: str
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith(PREFIX):
+            raise ValueError(f"alert {self.name} lacks the {PREFIX} prefix")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"alert {self.name}: severity {self.severity}")
+
+    @property
+    def anchor(self) -> str:
+        return self.name.lower()
+
+    def as_dict(self, config: Config) -> dict[str, object]:
+        out: dict[str, object] = {"alert": self.name, "expr": self.expr}
+        if self.for_ not in ("", "0m", "0s"):
+            out["for"] = self.for_
+        out["labels"] = {"severity": self.severity, **self.extra_labels}
+        out["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            "runbook_url": f"{config.runbook_base}#{self.anchor}",
+        }
+        return out
+
+
+def _num(x: float) -> str:
+    """A threshold as PromQL and humans write it (300, not 300.0)."""
+    return recording.le_value(x)
+
+
+def _burn_rate_alerts(slo: SLO, name: str, what: str) -> list[Alert]:
+    """The SRE workbook's four window pairs; burn factors spend 2%/5%/10%/10% of a 30 d budget.
+
+    Both windows must burn: the long one proves it matters, the short one that it is still
+    happening (so the alert resolves minutes after the burn stops).
+    """
+    pairs = (
+        # (long, short, factor, for, severity)
+        ("1h", "5m", 14.4, "2m", "critical"),
+        ("6h", "30m", 6.0, "15m", "critical"),
+        ("1d", "2h", 3.0, "1h", "warning"),
+        ("3d", "6h", 1.0, "3h", "warning"),
+    )
+    out = []
+    budget = slo.error_budget
+    for long, short, factor, for_, severity in pairs:
+        limit = f"({_num(factor)} * {budget:.6g})"
+        expr = (
+            f"{recording.slo_error_ratio_name(slo.key, long)} > {limit}\n"
+            f"and on (workload)\n"
+            f"{recording.slo_error_ratio_name(slo.key, short)} > {limit}"
+        )
+        out.append(
+            Alert(
+                name,
+                expr,
+                for_,
+                severity,
+                f"{what} SLO error budget is burning fast.",
+                f"Workload {{{{ $labels.workload }}}}: {{{{ $value | humanizePercentage }}}} "
+                f"of {what.lower()} took longer than {_num(slo.threshold)} s over the last "
+                f"{long} (and the last {short}), {_num(factor)}x the rate the "
+                f"{slo.objective:.4g} objective allows.",
+                "zaroz-slo",
+                {"long": long, "short": short},
+            )
+        )
+    return out
+
+
+def alerts(config: Config) -> list[Alert]:
+    """Every alert, in file order."""
+    c = config
+    us = "namespace, unitsignal, workload"
+    ready_slo = c.slo("readiness")
+    ack_slo = c.slo("allocation_ack")
+    return [
+        # UnitSignals: the agent did not catch up with the spec.
+        Alert(
+            f"{PREFIX}GenerationStuck",
+            f"max by ({us}) (zaroz_unitsignal_generation_lag_seconds) > "
+            f"{_num(c.generation_lag_seconds)}\n"
+            f"unless on ({us})\n"
+            f"max by ({us}) (zaroz_unitsignal_generation_stuck_invalid_spec) == 1",
+            c.generation_lag_for,
+            "critical",
+            "A UnitSignal generation has not been observed by its agent.",
+            "UnitSignal {{ $labels.namespace }}/{{ $labels.unitsignal }} (workload "
+            "{{ $labels.workload }}) has waited {{ $value | humanizeDuration }} for its agent "
+            "to observe the latest spec generation.",
+            "zaroz-unitsignals",
+        ),
+        Alert(
+            f"{PREFIX}GenerationStuckInvalidSpec",
+            f"max by ({us}) (zaroz_unitsignal_generation_stuck_invalid_spec) == 1",
+            c.invalid_spec_for,
+            "critical",
+            "A UnitSignal generation will never be observed: its spec is invalid.",
+            "UnitSignal {{ $labels.namespace }}/{{ $labels.unitsignal }} (workload "
+            "{{ $labels.workload }}) has a pending generation whose spec fails the schema; "
+            "the agent refuses it, so the unit will not follow its spec.",
+            "zaroz-unitsignals",
+        ),
+        Alert(
+            f"{PREFIX}UnitSignalSpecInvalid",
+            f"max by ({us}) (zaroz_unitsignal_spec_valid) == 0",
+            c.invalid_spec_for,
+            "warning",
+            "A UnitSignal spec fails its schema.",
+            "UnitSignal {{ $labels.namespace }}/{{ $labels.unitsignal }} (workload "
+            "{{ $labels.workload }}) has a spec that fails unit-signal-spec.schema.json.",
+            "zaroz-unitsignals",
+        ),
+        Alert(
+            f"{PREFIX}UnitSignalConformanceViolations",
+            "sum by (workload, rule) "
+            "(increase(zaroz_unitsignal_conformance_violations_total[15m])) > 0",
+            "",
+            "info",
+            "UnitSignals broke the agent contract.",
+            "Workload {{ $labels.workload }}: {{ $value | humanize }} violations of rule "
+            "{{ $labels.rule }} in the last 15 minutes.",
+            "zaroz-unitsignals",
+        ),
+        # Lifecycle (event clock).
+        Alert(
+            f"{PREFIX}UnitReadinessSlow",
+            f"{recording.quantile_name(recording.READY, 'p95')} > {_num(c.ready_p95_seconds)}",
+            c.ready_p95_for,
+            "warning",
+            "Units take long to become ready.",
+            "Workload {{ $labels.workload }}: 95% of units became ready within "
+            "{{ $value | humanizeDuration }} over the last 5 minutes (threshold "
+            f"{_num(c.ready_p95_seconds)} s).",
+            "zaroz-lifecycle",
+        ),
+        Alert(
+            f"{PREFIX}AllocationAckSlow",
+            f"{recording.quantile_name(recording.ALLOCATION_ACK, 'p95')} > "
+            f"{_num(c.ack_p95_seconds)}",
+            c.ack_p95_for,
+            "warning",
+            "Allocations take long to be acknowledged.",
+            "Workload {{ $labels.workload }}: the 95th percentile allocation ack time is "
+            "{{ $value | humanizeDuration }} over the last 5 minutes (threshold "
+            f"{_num(c.ack_p95_seconds)} s).",
+            "zaroz-lifecycle",
+        ),
+        Alert(
+            f"{PREFIX}AllocationsUndelivered",
+            f"{recording.ALLOCATIONS_UNDELIVERED_RATIO} > {_num(c.undelivered_ratio)}",
+            c.undelivered_for,
+            "critical",
+            "Allocations are not being delivered to units.",
+            "Workload {{ $labels.workload }}: {{ $value | humanizePercentage }} of allocations "
+            "ended undelivered over the last 5 minutes.",
+            "zaroz-lifecycle",
+        ),
+        Alert(
+            f"{PREFIX}DrainTooLong",
+            "max by (workload) "
+            '(zaroz_workload_unitsignal_oldest_phase_seconds{phase="draining"})'
+            f" > {_num(c.drain_seconds)}\n"
+            f"or\n"
+            f"{recording.quantile_name(recording.DRAIN, 'p95')} > {_num(c.drain_seconds)}",
+            c.drain_for,
+            "warning",
+            "Unit drains run too long.",
+            "Workload {{ $labels.workload }}: a drain has run (or 95% of drains ran) for "
+            "{{ $value | humanizeDuration }}.",
+            "zaroz-lifecycle",
+        ),
+        Alert(
+            f"{PREFIX}UnitStartupsFailing",
+            f"{recording.STARTUPS_FAILED_RATIO} > {_num(c.startup_failed_ratio)}",
+            c.startup_failed_for,
+            "warning",
+            "Unit startups are failing.",
+            "Workload {{ $labels.workload }}: {{ $value | humanizePercentage }} of startups "
+            "failed before the unit became ready over the last 5 minutes.",
+            "zaroz-lifecycle",
+        ),
+        *_burn_rate_alerts(ready_slo, f"{PREFIX}ReadinessBudgetBurn", "Readiness"),
+        *_burn_rate_alerts(ack_slo, f"{PREFIX}AllocationAckBudgetBurn", "Allocation ack"),
+        # The event log and its tail.
+        Alert(
+            f"{PREFIX}EventsMissing",
+            "sum by (workload) "
+            f"(increase(zaroz_events_missing_total[{c.events_missing_window}])) > 0",
+            c.events_missing_for,
+            "warning",
+            "Events of the workload's log were lost.",
+            "Workload {{ $labels.workload }}: {{ $value | humanize }} events were given up as "
+            f"lost in the last {c.events_missing_window}; measurements that needed them are "
+            "missing.",
+            "zaroz-events",
+        ),
+        Alert(
+            f"{PREFIX}EventTailStalled",
+            f"{recording.EVENTS_BEHIND} > 0\n"
+            f"and on (workload)\n"
+            f"max by (workload) (changes(zaroz_events_last_seq[{c.tail_stalled_window}])) == 0",
+            c.tail_stalled_for,
+            "warning",
+            "The exporter stopped applying a workload's events.",
+            "Workload {{ $labels.workload }}: the events route is {{ $value | humanize }} "
+            f"events ahead and the applied seq has not moved for {c.tail_stalled_window}.",
+            "zaroz-events",
+        ),
+        Alert(
+            f"{PREFIX}EventRouteFailing",
+            "time() - max by (workload) (zaroz_route_last_success_timestamp_seconds) > "
+            f"{_num(c.route_success_age_seconds)}",
+            c.route_success_for,
+            "warning",
+            "The events route has not answered the exporter successfully.",
+            "Workload {{ $labels.workload }}: the last successful events route request was "
+            "{{ $value | humanizeDuration }} ago.",
+            "zaroz-events",
+        ),
+        # Kubernetes list/watch.
+        Alert(
+            f"{PREFIX}KubeWatchFailing",
+            "sum by (scope) (rate(zaroz_kube_failures_total[5m])) > "
+            f"{_num(c.kube_failure_rate)}",
+            c.kube_failures_for,
+            "warning",
+            "The UnitSignal list/watch keeps failing.",
+            "Scope {{ $labels.scope }}: {{ $value | printf \"%.2f\" }} failed lists or watches per "
+            "second over the last 5 minutes.",
+            "zaroz-kube",
+        ),
+        Alert(
+            f"{PREFIX}KubeNotSynced",
+            "max by (scope) (zaroz_kube_synced) == 0",
+            c.kube_not_synced_for,
+            "warning",
+            "The UnitSignal reflector has not completed its first list.",
+            "Scope {{ $labels.scope }}: the exporter has no full list of UnitSignals, so "
+            "UnitSignal metrics are missing or stale.",
+            "zaroz-kube",
+        ),
+        Alert(
+            f"{PREFIX}KubeWatchSilent",
+            "time() - max by (scope) (zaroz_kube_last_watch_event_timestamp_seconds) > "
+            f"{_num(c.kube_watch_event_age_seconds)}",
+            c.kube_watch_event_for,
+            "warning",
+            "The UnitSignal watch has delivered no events.",
+            "Scope {{ $labels.scope }}: the last watch event (bookmarks included) arrived "
+            "{{ $value | humanizeDuration }} ago.",
+            "zaroz-kube",
+        ),
+        # The exporter itself.
+        Alert(
+            f"{PREFIX}ExporterAbsent",
+            f"absent(up{{{c.job_selector}}} == 1)",
+            c.absent_for,
+            "critical",
+            "The zaroz exporter is down or not scraped.",
+            f"No target matching {{{c.job_selector}}} has been up for {c.absent_for}; every "
+            "other zaroz alert is blind.",
+            "zaroz-exporter",
+        ),
+    ]

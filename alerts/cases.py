@@ -1,0 +1,646 @@
+"""promtool unit tests of every alert, as data rendered to alerts/tests/*.yaml.
+
+Each alert gets a test that shows it firing when it should, silent on a healthy neighbour, and
+at the boundary of its `for`: silent at the last evaluation before `for` has elapsed since the
+condition became true, firing at the first one after. Timings are written out in the comments
+next to each case because they are the point of the test. Summaries and runbook URLs come from
+the rule definitions; labels and rendered descriptions are written by hand, so a template
+mistake shows up as a failing test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alerts import alerting, recording
+from alerts.config import Config
+
+US1 = {"namespace": "ns", "unitsignal": "us-1", "workload": "wl"}
+US2 = {"namespace": "ns", "unitsignal": "us-2", "workload": "wl"}
+
+
+def sel(name: str, **labels: str) -> str:
+    """A series in promtool's notation, e.g. `x{workload="wl"}`."""
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{inner}}}"
+
+
+@dataclass
+class Fire:
+    """An expected firing alert: its labels besides alertname/severity, and its description."""
+
+    labels: dict[str, str]
+    description: str
+    severity: str | None = None  # defaults to the alert's
+
+
+@dataclass
+class Case:
+    """One promtool test: input series and, per eval time, the alerts firing (empty: silent)."""
+
+    name: str
+    alert: str
+    series: list[tuple[str, str]]
+    evals: list[tuple[str, list[Fire]]]
+    interval: str = "1m"
+    exprs: list[tuple[str, str, list[tuple[dict[str, str], float]]]] = field(default_factory=list)
+
+
+def _hist(name: str, labels: dict[str, str], buckets: dict[str, str]) -> list[tuple[str, str]]:
+    """Bucket series (le -> values) plus `_count` taken from the +Inf bucket."""
+    out = [(sel(f"{name}_bucket", **labels, le=le), v) for le, v in buckets.items()]
+    out.append((sel(f"{name}_count", **labels), buckets["+Inf"]))
+    return out
+
+
+def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Case]:
+    slo = config.slo(slo_key)
+    h = slo.histogram
+    le = recording.le_value(slo.threshold)
+    budget = slo.error_budget
+
+    def fire(long: str, short: str, factor: str, value: str, sev: str) -> Fire:
+        return Fire(
+            {"workload": "wl", "long": long, "short": short},
+            f"Workload wl: {value} of {what.lower()} took longer than {le} s over the last "
+            f"{long} (and the last {short}), {factor}x the rate the {slo.objective:.4g} "
+            "objective allows.",
+            sev,
+        )
+
+    def page1(v: str) -> Fire:
+        return fire("1h", "5m", "14.4", v, "critical")
+
+    def page6(v: str) -> Fire:
+        return fire("6h", "30m", "6", v, "critical")
+
+    def tick1(v: str) -> Fire:
+        return fire("1d", "2h", "3", v, "warning")
+
+    def tick3(v: str) -> Fire:
+        return fire("3d", "6h", "1", v, "warning")
+
+    # Errors as a multiple of the budget: 20x for the fast burn, 2x for the slow one.
+    fast_bad, slow_bad = 20 * budget, 2 * budget
+    assert fast_bad < 1, "objective too loose for this test's fast burn"
+    per_min = 1000
+    fast_good = round(per_min * (1 - fast_bad))
+    slow_good = round(per_min * (1 - slow_bad))
+    fast_pct = f"{fast_bad * 100:.4g}%"
+    slow_pct = f"{slow_bad * 100:.4g}%"
+    ok = {"workload": "ok"}
+    healthy = _hist(h, ok, {le: f"0+{per_min}x200", "+Inf": f"0+{per_min}x200"})
+    return [
+        Case(
+            # The ratio is 20x budget from 1m (first rate). Pairs fire after their `for`:
+            # 1h/5m at 1m+2m, 6h/30m at 1m+15m, 1d/2h at 1m+1h, 3d/6h at 1m+3h.
+            f"{alert} fast burn pages, then tickets",
+            alert,
+            _hist(h, {"workload": "wl"}, {le: f"0+{fast_good}x200", "+Inf": f"0+{per_min}x200"})
+            + healthy,
+            [
+                ("2m", []),
+                ("3m", [page1(fast_pct)]),
+                ("15m", [page1(fast_pct)]),
+                ("16m", [page1(fast_pct), page6(fast_pct)]),
+                ("60m", [page1(fast_pct), page6(fast_pct)]),
+                ("61m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct)]),
+                ("180m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct)]),
+                ("181m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct), tick3(fast_pct)]),
+            ],
+        ),
+        Case(
+            # 2x budget: only the 3d/6h pair (factor 1) burns; it fires at 1m+3h, never a page.
+            f"{alert} slow burn only tickets",
+            alert,
+            _hist(h, {"workload": "wl"}, {le: f"0+{slow_good}x200", "+Inf": f"0+{per_min}x200"})
+            + healthy,
+            [("30m", []), ("180m", []), ("181m", [tick3(slow_pct)])],
+        ),
+        Case(
+            # A fast burn for 10 minutes, then none: at 20m the 5m window is clean so the 1h/5m
+            # page has resolved although the 1h ratio (10 bad minutes of 20) is still high; the
+            # 6h/30m page (firing since 16m) holds until its 30m window is clean too.
+            f"{alert} resolves when the burn stops",
+            alert,
+            _hist(
+                h,
+                {"workload": "wl"},
+                {
+                    le: f"0+{fast_good}x10 {10 * fast_good + per_min}+{per_min}x29",
+                    "+Inf": f"0+{per_min}x40",
+                },
+            ),
+            [
+                ("10m", [page1(fast_pct)]),
+                ("20m", [page6(f"{fast_bad * 50:.4g}%")]),
+            ],
+        ),
+    ]
+
+
+def cases(config: Config) -> dict[str, list[Case]]:
+    """Test file stem -> cases. Thresholds are read from `config` where the series depend on them
+    only through the SLO cases; the other cases assume the default thresholds (a test checks)."""
+    p = alerting.PREFIX
+    return {
+        "unitsignals": [
+            Case(
+                # us-1's lag passes 300 s at 6m (360); for 5m: silent at 10m, firing at 11m.
+                # us-2 waits as long but on an invalid spec: the InvalidSpec alert covers it.
+                f"{p}GenerationStuck",
+                f"{p}GenerationStuck",
+                [
+                    (sel("zaroz_unitsignal_generation_lag_seconds", **US1), "0+60x30"),
+                    (sel("zaroz_unitsignal_generation_stuck_invalid_spec", **US1), "0x30"),
+                    (sel("zaroz_unitsignal_generation_lag_seconds", **US2), "0+60x30"),
+                    (sel("zaroz_unitsignal_generation_stuck_invalid_spec", **US2), "1x30"),
+                ],
+                [
+                    ("5m", []),
+                    ("10m", []),
+                    ("11m", [Fire(US1, _stuck_desc("us-1", "11m 0s"))]),
+                ],
+            ),
+            Case(
+                # Stuck on an invalid spec from 0m; for 5m: silent at 4m, firing at 5m.
+                f"{p}GenerationStuckInvalidSpec",
+                f"{p}GenerationStuckInvalidSpec",
+                [
+                    (sel("zaroz_unitsignal_generation_stuck_invalid_spec", **US1), "0x30"),
+                    (sel("zaroz_unitsignal_generation_stuck_invalid_spec", **US2), "1x30"),
+                ],
+                [
+                    ("4m", []),
+                    (
+                        "5m",
+                        [
+                            Fire(
+                                US2,
+                                "UnitSignal ns/us-2 (workload wl) has a pending generation "
+                                "whose spec fails the schema; the agent refuses it, so the unit "
+                                "will not follow its spec.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # us-2's spec turns invalid at 2m; for 5m: silent at 6m, firing at 7m.
+                f"{p}UnitSignalSpecInvalid",
+                f"{p}UnitSignalSpecInvalid",
+                [
+                    (sel("zaroz_unitsignal_spec_valid", **US1), "1x30"),
+                    (sel("zaroz_unitsignal_spec_valid", **US2), "1 1 0x30"),
+                ],
+                [
+                    ("6m", []),
+                    (
+                        "7m",
+                        [
+                            Fire(
+                                US2,
+                                "UnitSignal ns/us-2 (workload wl) has a spec that fails "
+                                "unit-signal-spec.schema.json.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # One violation at 3m: fires at once (no `for`), until it leaves the 15m window.
+                f"{p}UnitSignalConformanceViolations",
+                f"{p}UnitSignalConformanceViolations",
+                [
+                    (
+                        sel("zaroz_unitsignal_conformance_violations_total", workload="wl",
+                            rule="agent_restart"),
+                        "0 0 0 1x30",
+                    ),
+                    (
+                        sel("zaroz_unitsignal_conformance_violations_total", workload="ok",
+                            rule="agent_restart"),
+                        "0x30",
+                    ),
+                ],
+                [
+                    ("2m", []),
+                    (
+                        "3m",
+                        [
+                            Fire(
+                                {"workload": "wl", "rule": "agent_restart"},
+                                "Workload wl: 1 violations of rule agent_restart in the last "
+                                "15 minutes.",
+                            )
+                        ],
+                    ),
+                    ("19m", []),
+                ],
+            ),
+        ],
+        "lifecycle": [
+            Case(
+                # Every unit of wl readies in (300, 600] s: p95 585 s from 1m; for 15m: silent at
+                # 15m, firing at 16m. Workload ok readies within 60 s.
+                f"{p}UnitReadinessSlow",
+                f"{p}UnitReadinessSlow",
+                _hist(
+                    recording.READY,
+                    {"workload": "wl"},
+                    {"300": "0x30", "600": "0+1x30", "+Inf": "0+1x30"},
+                )
+                + _hist(
+                    recording.READY,
+                    {"workload": "ok"},
+                    {"60": "0+1x30", "600": "0+1x30", "+Inf": "0+1x30"},
+                ),
+                [
+                    ("15m", []),
+                    (
+                        "16m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: 95% of units became ready within 9m 45s over "
+                                "the last 5 minutes (threshold 300 s).",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # Acks in (5, 10] s: p95 9.75 s from 1m; for 15m: silent at 15m, firing at 16m.
+                f"{p}AllocationAckSlow",
+                f"{p}AllocationAckSlow",
+                _hist(
+                    recording.ALLOCATION_ACK,
+                    {"workload": "wl"},
+                    {"5": "0x30", "10": "0+1x30", "+Inf": "0+1x30"},
+                )
+                + _hist(
+                    recording.ALLOCATION_ACK,
+                    {"workload": "ok"},
+                    {"0.5": "0+1x30", "5": "0+1x30", "+Inf": "0+1x30"},
+                ),
+                [
+                    ("15m", []),
+                    (
+                        "16m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: the 95th percentile allocation ack time is 9.75s "
+                                "over the last 5 minutes (threshold 5 s).",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # 1 in 4 allocations undelivered from 1m; for 10m: silent at 10m, firing at
+                # 11m. Workload ok has no undelivered series at all and must read 0, not fire.
+                f"{p}AllocationsUndelivered",
+                f"{p}AllocationsUndelivered",
+                [
+                    (sel("zaroz_unit_allocations_total", workload="wl", outcome="delivered"),
+                     "0+3x30"),
+                    (sel("zaroz_unit_allocations_total", workload="wl", outcome="undelivered"),
+                     "0+1x30"),
+                    (sel("zaroz_unit_allocations_total", workload="ok", outcome="delivered"),
+                     "0+9x30"),
+                ],
+                [
+                    ("10m", []),
+                    (
+                        "11m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: 25% of allocations ended undelivered over the "
+                                "last 5 minutes.",
+                            )
+                        ],
+                    ),
+                ],
+                exprs=[
+                    (
+                        recording.ALLOCATIONS_UNDELIVERED_RATIO,
+                        "11m",
+                        [({"workload": "ok"}, 0.0), ({"workload": "wl"}, 0.25)],
+                    ),
+                ],
+            ),
+            Case(
+                # wl: a drain in progress passes 1800 s at 6m; for 15m: firing at 21m.
+                # wl-b: finished drains with p95 3510 s from 1m; for 15m: firing at 16m.
+                f"{p}DrainTooLong",
+                f"{p}DrainTooLong",
+                [
+                    (
+                        sel("zaroz_workload_unitsignal_oldest_phase_seconds", workload="wl",
+                            phase="draining"),
+                        "1500+60x40",
+                    ),
+                    (
+                        sel("zaroz_workload_unitsignal_oldest_phase_seconds", workload="wl-b",
+                            phase="draining"),
+                        "0x40",
+                    ),
+                    *_hist(
+                        recording.DRAIN,
+                        {"workload": "wl-b", "reason": "stop"},
+                        {"1800": "0x40", "3600": "0+1x40", "+Inf": "0+1x40"},
+                    ),
+                ],
+                [
+                    ("15m", []),
+                    ("16m", [_drain("wl-b", "58m 30s")]),
+                    ("20m", [_drain("wl-b", "58m 30s")]),
+                    ("21m", [_drain("wl", "46m 0s"), _drain("wl-b", "58m 30s")]),
+                ],
+            ),
+            Case(
+                # 1 in 5 startups fails from 1m; for 15m: silent at 15m, firing at 16m.
+                f"{p}UnitStartupsFailing",
+                f"{p}UnitStartupsFailing",
+                [
+                    (sel("zaroz_unit_startups_total", workload="wl", outcome="ready"), "0+4x30"),
+                    (sel("zaroz_unit_startups_total", workload="wl", outcome="failed"), "0+1x30"),
+                    (sel("zaroz_unit_startups_total", workload="ok", outcome="ready"), "0+4x30"),
+                ],
+                [
+                    ("15m", []),
+                    (
+                        "16m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: 20% of startups failed before the unit became "
+                                "ready over the last 5 minutes.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+        ],
+        "slo": [
+            *_burn_cases(config, "readiness", f"{p}ReadinessBudgetBurn", "Readiness"),
+            *_burn_cases(config, "allocation_ack", f"{p}AllocationAckBudgetBurn",
+                         "Allocation ack"),
+        ],
+        "events": [
+            Case(
+                # 3 seqs lost at 4m: fires at once, and stops once they leave the 15m window.
+                f"{p}EventsMissing",
+                f"{p}EventsMissing",
+                [
+                    (sel("zaroz_events_missing_total", workload="wl"), "0 0 0 0 3x30"),
+                    (sel("zaroz_events_missing_total", workload="ok"), "0x30"),
+                ],
+                [
+                    ("3m", []),
+                    (
+                        "4m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: 3 events were given up as lost in the last 15m; "
+                                "measurements that needed them are missing.",
+                            )
+                        ],
+                    ),
+                    ("20m", []),
+                ],
+            ),
+            Case(
+                # Head keeps moving; applied stops at 10m. Unchanged for a full 10m window at
+                # 20m; for 5m: silent at 24m, firing at 25m (head 350, applied 200). Workload
+                # idle is caught up and quiet: never fires.
+                f"{p}EventTailStalled",
+                f"{p}EventTailStalled",
+                [
+                    (sel("zaroz_route_head_seq", workload="wl"), "100+10x40"),
+                    (sel("zaroz_events_last_seq", workload="wl"), "100+10x10 200x30"),
+                    (sel("zaroz_route_head_seq", workload="idle"), "50x40"),
+                    (sel("zaroz_events_last_seq", workload="idle"), "50x40"),
+                ],
+                [
+                    ("24m", []),
+                    (
+                        "25m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: the events route is 150 events ahead and the "
+                                "applied seq has not moved for 10m.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # Successes stop at 600 s; older than 300 s from 16m; for 5m: firing at 21m.
+                f"{p}EventRouteFailing",
+                f"{p}EventRouteFailing",
+                [
+                    (sel("zaroz_route_last_success_timestamp_seconds", workload="wl"),
+                     "0+60x10 600x30"),
+                    (sel("zaroz_route_last_success_timestamp_seconds", workload="ok"),
+                     "0+60x40"),
+                ],
+                [
+                    ("20m", []),
+                    (
+                        "21m",
+                        [
+                            Fire(
+                                {"workload": "wl"},
+                                "Workload wl: the last successful events route request was "
+                                "11m 0s ago.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+        ],
+        "kube": [
+            Case(
+                # 6 failures a minute from 0m: the 5m rate ramps up (6 x minutes / 300 s) and
+                # passes 0.05/s at 3m; for 15m: silent at 17m, firing at 18m.
+                f"{p}KubeWatchFailing",
+                f"{p}KubeWatchFailing",
+                [
+                    (sel("zaroz_kube_failures_total", scope="*", verb="watch", reason="410"),
+                     "0+6x30"),
+                    (sel("zaroz_kube_failures_total", scope="ns", verb="watch", reason="410"),
+                     "0x30"),
+                ],
+                [
+                    ("17m", []),
+                    (
+                        "18m",
+                        [
+                            Fire(
+                                {"scope": "*"},
+                                "Scope *: 0.10 failed lists or watches per second over the "
+                                "last 5 minutes.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # Never synced from 0m; for 10m: silent at 9m, firing at 10m.
+                f"{p}KubeNotSynced",
+                f"{p}KubeNotSynced",
+                [
+                    (sel("zaroz_kube_synced", scope="*"), "0x30"),
+                    (sel("zaroz_kube_synced", scope="ns"), "1x30"),
+                ],
+                [
+                    ("9m", []),
+                    (
+                        "10m",
+                        [
+                            Fire(
+                                {"scope": "*"},
+                                "Scope *: the exporter has no full list of UnitSignals, so "
+                                "UnitSignal metrics are missing or stale.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+            Case(
+                # Events stop at 300 s; older than 900 s from 21m; for 5m: firing at 26m.
+                f"{p}KubeWatchSilent",
+                f"{p}KubeWatchSilent",
+                [
+                    (sel("zaroz_kube_last_watch_event_timestamp_seconds", scope="*"),
+                     "0+60x5 300x40"),
+                    (sel("zaroz_kube_last_watch_event_timestamp_seconds", scope="ns"),
+                     "0+60x40"),
+                ],
+                [
+                    ("25m", []),
+                    (
+                        "26m",
+                        [
+                            Fire(
+                                {"scope": "*"},
+                                "Scope *: the last watch event (bookmarks included) arrived "
+                                "21m 0s ago.",
+                            )
+                        ],
+                    ),
+                ],
+            ),
+        ],
+        "exporter": [
+            Case(
+                # Up until 5m, down from 6m; for 5m: silent at 10m, firing at 11m.
+                f"{p}ExporterAbsent goes down",
+                f"{p}ExporterAbsent",
+                [(sel("up", job="zaroz-exporter", instance="a"), "1x5 0x20")],
+                [("10m", []), ("11m", [Fire({}, _absent_desc(config))])],
+            ),
+            Case(
+                # No target at all (not scraped): absent from 0m, firing at 5m.
+                f"{p}ExporterAbsent never scraped",
+                f"{p}ExporterAbsent",
+                [(sel("up", job="other", instance="b"), "1x20")],
+                [("4m", []), ("5m", [Fire({}, _absent_desc(config))])],
+            ),
+            Case(
+                f"{p}ExporterAbsent silent while up",
+                f"{p}ExporterAbsent",
+                [(sel("up", job="zaroz-exporter", instance="a"), "1x20")],
+                [("15m", [])],
+            ),
+        ],
+    }
+
+
+def _stuck_desc(unitsignal: str, dur: str) -> str:
+    return (
+        f"UnitSignal ns/{unitsignal} (workload wl) has waited {dur} for its agent to observe "
+        "the latest spec generation."
+    )
+
+
+def _drain(workload: str, dur: str) -> Fire:
+    return Fire(
+        {"workload": workload},
+        f"Workload {workload}: a drain has run (or 95% of drains ran) for {dur}.",
+    )
+
+
+def _absent_desc(config: Config) -> str:
+    return (
+        f"No target matching {{{config.job_selector}}} has been up for {config.absent_for}; "
+        "every other zaroz alert is blind."
+    )
+
+
+def _alert_doc(config: Config, case: Case, t: str, fires: list[Fire]) -> dict[str, object]:
+    defs = {a.name: a for a in alerting.alerts(config)}
+    a = defs[case.alert]
+    exp = []
+    for f in fires:
+        exp.append(
+            {
+                "exp_labels": {"severity": f.severity or a.severity, **f.labels},
+                "exp_annotations": {
+                    "summary": a.summary,
+                    "description": f.description,
+                    "runbook_url": f"{config.runbook_base}#{a.anchor}",
+                },
+            }
+        )
+    return {"eval_time": t, "alertname": case.alert, "exp_alerts": exp}
+
+
+def test_documents(config: Config) -> dict[str, dict[str, object]]:
+    """File name -> promtool test document."""
+    out: dict[str, dict[str, object]] = {}
+    slo = {s.key: s.threshold for s in config.slos}
+    group_order = list(
+        dict.fromkeys(
+            [r.group for r in recording.recording_rules(slo)]
+            + [a.group for a in alerting.alerts(config)]
+        )
+    )
+    for stem, group in cases(config).items():
+        tests = []
+        for c in group:
+            doc: dict[str, object] = {
+                "name": c.name,
+                "interval": c.interval,
+                "input_series": [{"series": s, "values": v} for s, v in c.series],
+                "alert_rule_test": [_alert_doc(config, c, t, f) for t, f in c.evals],
+            }
+            if c.exprs:
+                doc["promql_expr_test"] = [
+                    {
+                        "expr": e,
+                        "eval_time": t,
+                        "exp_samples": [
+                            {"labels": sel(e, **lbl) if lbl else e, "value": v}
+                            for lbl, v in samples
+                        ],
+                    }
+                    for e, t, samples in c.exprs
+                ]
+            tests.append(doc)
+        out[f"{stem}.yaml"] = {
+            "rule_files": [f"../rules/{n}" for n in ("recording.yaml", "alerts.yaml")],
+            "evaluation_interval": "1m",
+            # Recording groups first, as a steady-state server sees them; promtool would
+            # otherwise evaluate groups by name and shift every boundary by one interval.
+            "group_eval_order": group_order,
+            "tests": tests,
+        }
+    return out

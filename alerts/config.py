@@ -1,0 +1,99 @@
+"""What operators tune: SLO objectives and thresholds, alert thresholds, the exporter's job.
+
+Everything an alert compares against lives here so `python -m alerts` can regenerate the rules
+for another installation without editing expressions, and so tests can read the same numbers
+the rules were built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from alerts import recording
+
+
+@dataclass(frozen=True)
+class SLO:
+    """`objective` of observations of the SLO's histogram finish within `threshold` seconds.
+
+    The threshold must be a bucket boundary of the histogram (checked on construction): only
+    bounds have a `_bucket{le=...}` series to count good observations from.
+    """
+
+    key: str
+    objective: float
+    threshold: float
+
+    def __post_init__(self) -> None:
+        if self.key not in recording.SLO_HISTOGRAMS:
+            raise ValueError(f"unknown SLO {self.key}; have {sorted(recording.SLO_HISTOGRAMS)}")
+        if not 0 < self.objective < 1:
+            raise ValueError(f"SLO objective must be in (0, 1), got {self.objective}")
+        recording.check_bucket_boundary(self.histogram, self.threshold)
+
+    @property
+    def histogram(self) -> str:
+        return recording.SLO_HISTOGRAMS[self.key]
+
+    @property
+    def error_budget(self) -> float:
+        return 1 - self.objective
+
+
+@dataclass(frozen=True)
+class Config:
+    """Thresholds of the generated rules. Durations are seconds unless named `*_for`."""
+
+    # Selector of the exporter's scrape job, used by the absence alert and to scope `up`.
+    job_selector: str = 'job="zaroz-exporter"'
+    slos: tuple[SLO, ...] = field(
+        default_factory=lambda: (
+            SLO("readiness", 0.99, 60.0),
+            SLO("allocation_ack", 0.99, 1.0),
+        )
+    )
+    # A generation waiting longer than this is stuck (agents observe within seconds).
+    generation_lag_seconds: float = 300.0
+    generation_lag_for: str = "5m"
+    invalid_spec_for: str = "5m"
+    # Quantile alerts (p95 over 5 m) besides the SLOs: they catch a slow tail on low traffic
+    # that a ratio SLO needs hours to notice.
+    ready_p95_seconds: float = 300.0
+    ready_p95_for: str = "15m"
+    ack_p95_seconds: float = 5.0
+    ack_p95_for: str = "15m"
+    undelivered_ratio: float = 0.05
+    undelivered_for: str = "10m"
+    # A drain running this long (phase gauge, exporter clock) or a p95 above it.
+    drain_seconds: float = 1800.0
+    drain_for: str = "15m"
+    startup_failed_ratio: float = 0.10
+    startup_failed_for: str = "15m"
+    # Events given up as lost within the window.
+    events_missing_window: str = "15m"
+    events_missing_for: str = "0m"
+    # The tail is stalled when the head is ahead and applied seq did not move for this long,
+    # or the route has not answered successfully for this long.
+    tail_stalled_window: str = "10m"
+    tail_stalled_for: str = "5m"
+    route_success_age_seconds: float = 300.0
+    route_success_for: str = "5m"
+    # Watch: failures per second, not synced, or no watch event (bookmarks count) for this long.
+    kube_failure_rate: float = 0.05
+    kube_failures_for: str = "15m"
+    kube_not_synced_for: str = "10m"
+    kube_watch_event_age_seconds: float = 900.0
+    kube_watch_event_for: str = "5m"
+    absent_for: str = "5m"
+    runbook_base: str = (
+        "https://github.com/zaroz/zaroz-exporter/blob/main/docs/runbooks.md"
+    )
+
+    def slo(self, key: str) -> SLO:
+        for s in self.slos:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+
+DEFAULT_CONFIG = Config()

@@ -1,0 +1,180 @@
+"""The alert generator: files current, names real, runbooks complete, thresholds on buckets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts import alerting, cases, promql, recording, render
+from alerts.config import DEFAULT_CONFIG, SLO, Config
+from exporter import catalog
+from exporter.sinks.metrics.series import format_value
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+
+
+def _rule_docs() -> list[dict[str, object]]:
+    rules = []
+    for name in render.RULE_FILES:
+        doc = yaml.safe_load((render.RULES_DIR / name).read_text())
+        for group in doc["groups"]:
+            rules.extend(group["rules"])
+    return rules
+
+
+def test_generated_files_are_current() -> None:
+    """Someone edited a generated YAML, or alerts/*.py without `python -m alerts`."""
+    stale = [
+        str(p.relative_to(ROOT))
+        for p, text in render.all_files().items()
+        if not p.exists() or p.read_text() != text
+    ]
+    assert not stale, f"run `python -m alerts`; stale: {stale}"
+    expected = set(render.all_files())
+    extra = {p for d in (render.RULES_DIR, render.TESTS_DIR) for p in d.glob("*.yaml")} - expected
+    assert not extra, f"not generated, remove: {sorted(map(str, extra))}"
+
+
+def test_every_expression_reads_catalog_metrics_or_recorded_names() -> None:
+    known = catalog.sample_names() | recording.recording_names() | {"up"}
+    for rule in _rule_docs():
+        names = promql.metric_names(str(rule["expr"]))
+        assert names, rule
+        unknown = names - known
+        assert not unknown, f"{rule.get('alert') or rule.get('record')}: {unknown}"
+
+
+def test_recorded_names_follow_level_metric_operation() -> None:
+    for rule in recording.recording_rules():
+        level, metric, ops = rule.record.split(":")
+        assert level and ops, rule.record
+        base = metric.removesuffix("_count")
+        assert any(base.startswith(m.family) for m in catalog.METRICS), rule.record
+
+
+def test_recorded_names_do_not_depend_on_thresholds() -> None:
+    """Dashboards import names; changing an SLO threshold must not rename anything."""
+    a = {r.record for r in recording.recording_rules({"readiness": 30, "allocation_ack": 0.5})}
+    assert a == {r.record for r in recording.recording_rules()} == recording.recording_names()
+
+
+def test_headline_quantiles_recorded() -> None:
+    names = recording.recording_names()
+    for h in recording.QUANTILE_HISTOGRAMS:
+        for q in ("p50", "p95", "p99"):
+            assert recording.quantile_name(h, q) in names
+    assert "workload:zaroz_unit_ready_seconds:p95_5m" in names
+
+
+def test_alerts_have_prefix_severity_and_annotations() -> None:
+    alerts = [r for r in _rule_docs() if "alert" in r]
+    assert alerts
+    for rule in alerts:
+        name = str(rule["alert"])
+        assert re.fullmatch(r"Zaroz[A-Z][A-Za-z]+", name), name
+        labels, ann = rule["labels"], rule["annotations"]
+        assert labels["severity"] in ("critical", "warning", "info"), name
+        assert set(ann) == {"summary", "description", "runbook_url"}, name
+        assert "{{" not in ann["summary"], f"{name}: summary must be static"
+        assert "$labels" in ann["description"] or "$value" in ann["description"] or (
+            name == "ZarozExporterAbsent"
+        ), name
+        assert ann["runbook_url"].endswith(f"docs/runbooks.md#{name.lower()}"), name
+
+
+def test_required_alerts_exist() -> None:
+    names = {a.name for a in alerting.alerts(DEFAULT_CONFIG)}
+    for n in (
+        "GenerationStuck", "GenerationStuckInvalidSpec", "UnitSignalSpecInvalid",
+        "UnitReadinessSlow", "AllocationAckSlow", "AllocationsUndelivered", "DrainTooLong",
+        "UnitStartupsFailing", "EventsMissing", "EventTailStalled", "EventRouteFailing",
+        "KubeWatchFailing", "KubeNotSynced", "KubeWatchSilent", "ExporterAbsent",
+        "ReadinessBudgetBurn", "AllocationAckBudgetBurn",
+    ):
+        assert f"Zaroz{n}" in names
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    text = RUNBOOKS.read_text()
+    headings = {h.strip().lower() for h in re.findall(r"^## (.+)$", text, re.MULTILINE)}
+    for a in alerting.alerts(DEFAULT_CONFIG):
+        assert a.anchor in headings, f"docs/runbooks.md lacks `## {a.name}`"
+    for section in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        title = section.splitlines()[0]
+        for part in ("Meaning", "Impact", "Diagnosis", "Mitigation"):
+            assert f"### {part}" in section, f"{title}: no {part}"
+        assert "```promql" in section, f"{title}: no diagnosis query"
+
+
+def test_runbook_queries_name_real_metrics() -> None:
+    known = catalog.sample_names() | recording.recording_names() | {"up", "ALERTS"}
+    text = RUNBOOKS.read_text()
+    for block in re.findall(r"```promql\n(.*?)```", text, re.DOTALL):
+        unknown = promql.metric_names(block) - known
+        assert not unknown, f"runbook query {block!r}: {unknown}"
+
+
+def test_every_alert_has_a_promtool_test() -> None:
+    tested = {c.alert for group in cases.cases(DEFAULT_CONFIG).values() for c in group}
+    assert tested == {a.name for a in alerting.alerts(DEFAULT_CONFIG)}
+
+
+def test_every_alert_test_covers_silence_and_firing() -> None:
+    for group in cases.cases(DEFAULT_CONFIG).values():
+        by_alert: dict[str, tuple[bool, bool]] = {}
+        for c in group:
+            silent, firing = by_alert.get(c.alert, (False, False))
+            by_alert[c.alert] = (
+                silent or any(not f for _, f in c.evals),
+                firing or any(f for _, f in c.evals),
+            )
+        for alert, (silent, firing) in by_alert.items():
+            assert silent and firing, alert
+
+
+@pytest.mark.parametrize(
+    ("key", "threshold"), [("readiness", 45.0), ("readiness", 0.2), ("allocation_ack", 0.3)]
+)
+def test_slo_threshold_must_be_a_bucket_boundary(key: str, threshold: float) -> None:
+    with pytest.raises(ValueError, match="not a bucket boundary"):
+        SLO(key, 0.99, threshold)
+    with pytest.raises(ValueError, match="not a bucket boundary"):
+        recording.slo_rules(key, threshold)
+
+
+def test_slo_threshold_on_a_boundary_is_used() -> None:
+    cfg = Config(slos=(SLO("readiness", 0.995, 30.0), SLO("allocation_ack", 0.999, 0.25)))
+    text = render.rule_files(cfg)["recording.yaml"]
+    assert 'zaroz_unit_ready_seconds_bucket{le="30"}' in text
+    assert 'zaroz_unit_allocation_ack_seconds_bucket{le="0.25"}' in text
+    alerts_text = render.rule_files(cfg)["alerts.yaml"]
+    assert "(14.4 * 0.005)" in alerts_text and "(14.4 * 0.001)" in alerts_text
+
+
+def test_slo_objective_range() -> None:
+    with pytest.raises(ValueError):
+        SLO("readiness", 1.0, 60.0)
+
+
+def test_job_selector_is_configurable() -> None:
+    cfg = Config(job_selector='job=~"zaroz.*",cluster="eu"')
+    assert 'absent(up{job=~"zaroz.*",cluster="eu"} == 1)' in render.rule_files(cfg)["alerts.yaml"]
+
+
+@pytest.mark.parametrize("m", [m for m in catalog.METRICS if m.kind is catalog.Kind.HISTOGRAM])
+def test_le_values_match_the_exposition(m: catalog.Metric) -> None:
+    """Prometheus 2 matches `le` as a string: the rules must spell bounds as the exporter does."""
+    for b in m.buckets:
+        assert recording.le_value(b) == format_value(float(b)) == format_value(b)
+
+
+def test_promql_selectors() -> None:
+    expr = (
+        'sum by (workload) (rate(a_bucket{le="1",x=~"a}b"}[5m])) / on (workload) '
+        "group_left () b_total offset 1m and time() - c > 0"
+    )
+    assert promql.metric_selectors(expr) == ['a_bucket{le="1",x=~"a}b"}', "b_total", "c"]
