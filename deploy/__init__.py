@@ -1,0 +1,1 @@
+"""Kubernetes manifests (kustomize base and overlays) and the generator of their derived parts."""
