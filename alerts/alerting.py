@@ -294,4 +294,15 @@ def alerts(config: Config) -> list[Alert]:
             "other zaroz alert is blind.",
             "zaroz-exporter",
         ),
+        Alert(
+            f"{PREFIX}ExporterShardMissing",
+            f"count(count_values(\"ordinal\", zaroz_exporter_shard{{{c.job_selector}}}))"
+            f" < max(zaroz_exporter_shards{{{c.job_selector}}})",
+            c.shard_missing_for,
+            "critical",
+            "A shard of the zaroz exporter is missing.",
+            "Only {{ $value }} distinct shards report: the workloads of the missing ones are "
+            "not exported.",
+            "zaroz-exporter",
+        ),
     ]

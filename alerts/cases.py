@@ -560,6 +560,35 @@ def cases(config: Config) -> dict[str, list[Case]]:
                 [(sel("up", job="zaroz-exporter", instance="a"), "1x20")],
                 [("15m", [])],
             ),
+            Case(
+                # Shard 1 of 2 reports until 5m; the lookback keeps its last sample through
+                # 10m, so the shard is missing from 11m; for 5m: silent at 15m, firing at 16m.
+                f"{p}ExporterShardMissing one of two stops",
+                f"{p}ExporterShardMissing",
+                [
+                    (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="a"), "0x30"),
+                    (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="a"), "2x30"),
+                    (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="b"), "1x5"),
+                    (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="b"), "2x5"),
+                ],
+                [
+                    ("15m", []),
+                    ("16m", [Fire({}, "Only 1 distinct shards report: the workloads of the "
+                                  "missing ones are not exported.")]),
+                ],
+            ),
+            Case(
+                # Two pods claiming one ordinal are still one shard short.
+                f"{p}ExporterShardMissing silent with every shard",
+                f"{p}ExporterShardMissing",
+                [
+                    (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="a"), "0x30"),
+                    (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="b"), "1x30"),
+                    (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="a"), "2x30"),
+                    (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="b"), "2x30"),
+                ],
+                [("20m", [])],
+            ),
         ],
     }
 

@@ -85,6 +85,7 @@ class Config:
     kube_watch_event_age_seconds: float = 900.0
     kube_watch_event_for: str = "5m"
     absent_for: str = "5m"
+    shard_missing_for: str = "5m"
     runbook_base: str = (
         "https://github.com/zaroz/zaroz-exporter/blob/main/docs/runbooks.md"
     )
