@@ -43,6 +43,19 @@ class NamespaceHandler:
     def replace(self, objects: list[dict[str, Any]], now: float) -> None:
         self.model.replace([o for o in objects if self._mine(o)], now, self.namespace)
 
+    def list_page(self, objects: list[dict[str, Any]], now: float) -> None:
+        """One page of a (re)list, applied as it arrives (see Reflector)."""
+        upsert, delete, mine = self.model.upsert, self.model.delete, self._mine
+        for obj in objects:
+            if mine(obj):
+                upsert(obj, now)
+            else:  # another shard's (its workload label may have just moved it there)
+                delete(obj, now)
+
+    def list_done(self, listed: set[tuple[str, str]], now: float) -> None:
+        """The list is complete: what it did not hold was deleted meanwhile."""
+        self.model.reconcile(listed, self.namespace)
+
     def upsert(self, obj: dict[str, Any], now: float) -> None:
         if self._mine(obj):
             self.model.upsert(obj, now)

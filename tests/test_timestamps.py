@@ -256,3 +256,12 @@ def test_invalid_strings_are_not_memoised() -> None:
             parse_rfc3339_ns("2026-02-30T00:00:00.5Z")
     with pytest.raises(ValueError):
         parse_rfc3339_ns("2026-02-30T00:00:00Z")
+
+
+def test_whole_seconds_of_a_known_minute_take_the_fast_path_correctly() -> None:
+    base = parse_rfc3339_ns("2026-03-01T12:34:56Z")
+    assert parse_rfc3339_ns("2026-03-01T12:34:07Z") == base - 49 * 10**9
+    assert parse_rfc3339_ns("2026-03-01t12:34:00z") == base - 56 * 10**9
+    for bad in ("2026-03-01T12:34:6xZ", "2026-03-01T12:34:61Z", "2026-03-01T12:34:-1Z"):
+        with pytest.raises(ValueError):
+            parse_rfc3339_ns(bad)

@@ -38,6 +38,8 @@ _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _sec: dict[str, int] = {}
 _whole: dict[str, int] = {}
 _min_utc: dict[str, int] = {}
+# "00".."59" -> ns: a lookup that also validates (":60", a leap second, takes the slow path).
+_S2 = {f"{i:02d}": i * 1_000_000_000 for i in range(60)}
 _min_off: dict[str, int] = {}
 
 
@@ -161,7 +163,12 @@ def parse_rfc3339_ns(s: str) -> int:
         n = len(s) - 21  # fraction digits, if s[19] is "."
         if n == -1:
             base = _whole.get(s)
-            return _parse_slow(s) if base is None else base
+            if base is not None:
+                return base
+            # Whole seconds (API server and agent timestamps): a new second of a known minute.
+            minute = _min_utc.get(s[:17])  # a hit proves s[:17] a valid "YYYY-MM-DDTHH:MM:"
+            sec = _S2.get(s[17:19]) if minute is not None else None
+            return _parse_slow(s) if sec is None else minute + sec
         base = _sec.get(s[:20])  # a hit proves s[:20] is a valid "YYYY-MM-DDTHH:MM:SS."
     else:
         n = len(s) - 26

@@ -70,16 +70,17 @@ class SignalObserver(Protocol):
 
 
 class _Tracked:
+    """Per-UnitSignal memory; containers are made only when needed (100k objects)."""
+
     __slots__ = (
-        "acked", "ahead", "alloc_ids", "alloc_start", "bad_acks", "observed", "pending",
-        "ready_seen",
-        "seq", "spec_mgen", "spec_valid", "state", "status_key", "status_valid", "uid",
+        "ahead", "allocs", "bad_acks", "observed", "pending", "ready_seen", "seq", "spec_mgen",
+        "spec_valid", "state", "status_key", "status_valid", "uid",
     )
 
     def __init__(self, uid: str | None) -> None:
         self.uid = uid
         self.state: SignalState | None = None
-        self.pending: dict[int, float] = {}  # generation -> when it appeared
+        self.pending: dict[int, float] | None = None  # generation -> when it appeared
         self.observed: int | None = None
         self.seq: int | None = None
         self.spec_mgen: Any = None
@@ -87,10 +88,9 @@ class _Tracked:
         self.status_key: tuple[Any, ...] | None = None
         self.status_valid = 1
         self.ready_seen = False
-        self.alloc_ids: dict[str, None] = {}  # insertion-ordered, bounded
-        self.alloc_start: dict[str, float | None] = {}
-        self.acked: set[str] = set()
-        self.bad_acks: set[str] = set()
+        # allocation id -> [start or None, acknowledged]; insertion-ordered and bounded.
+        self.allocs: dict[str, list[Any]] | None = None
+        self.bad_acks: set[str] | None = None
         self.ahead = False
 
 
@@ -145,8 +145,12 @@ class UnitSignalModel:
             key = self.upsert(obj, now)
             if key is not None:
                 seen.add(key)
+        self.reconcile(seen, namespace)
+
+    def reconcile(self, listed: set[Key], namespace: str | None = None) -> None:
+        """After a list applied page by page: forget the objects of the scope it did not hold."""
         gone = [k for k in self.objects
-                if k not in seen and (namespace is None or k[0] == namespace)]
+                if k not in listed and (namespace is None or k[0] == namespace)]
         for key in gone:
             self._forget(key)
 
@@ -209,24 +213,24 @@ class UnitSignalModel:
         lag = max(0, generation - eff_observed) if generation is not None else 0
         activity = status.get("activity") if status else None
         state = SignalState(
-            workload=workload,
-            unit_id=_str(spec.get("unitId")),
-            key=_str(spec.get("key")),
-            agent_version=_str(status.get("agentVersion")) if status else "",
-            labels=self._allowlisted(labels),
-            generation_lag=lag,
-            pending_since=min(t.pending.values()) if t.pending and lag > 0 else None,
-            ready=1 if ready else 0,
-            accepting=1 if status and status.get("accepting") is True else 0,
-            activity=activity if activity in ("idle", "busy") else "none",
-            draining=draining,
-            allocation_pending=alloc_pending,
-            status_seq=seq or 0,
-            spec_valid=t.spec_valid,
-            status_valid=t.status_valid,
-            stuck_invalid_spec=1 if lag > 0 and not t.spec_valid else 0,
-            phase=phase,
-            phase_since=since,
+            workload,
+            _str(spec.get("unitId")),
+            _str(spec.get("key")),
+            _str(status.get("agentVersion")) if status else "",
+            self._allowlisted(labels) if self.allowlist else (),
+            lag,
+            min(t.pending.values()) if t.pending and lag > 0 else None,
+            1 if ready else 0,
+            1 if status and status.get("accepting") is True else 0,
+            activity if activity in ("idle", "busy") else "none",
+            draining,
+            alloc_pending,
+            seq or 0,
+            t.spec_valid,
+            t.status_valid,
+            1 if lag > 0 and not t.spec_valid else 0,
+            phase,
+            since,
         )
         if state != old:
             self._index(key, old, state)
@@ -249,7 +253,7 @@ class UnitSignalModel:
         if status is None:
             t.status_key, t.status_valid = None, 1
             return
-        skey = tuple(status.get(f) for f in STATUS_FIELDS)
+        skey = tuple(map(status.get, STATUS_FIELDS))
         if skey != t.status_key or len(status) != len(STATUS_FIELDS):
             if len(status) < len(STATUS_FIELDS):
                 # JSON merge patch deletes a key patched to null: the API server cannot keep
@@ -276,39 +280,47 @@ class UnitSignalModel:
                      generation: int | None, observed: int | None, first_sight: bool,
                      now: float) -> None:
         eff = observed if observed is not None else 0
-        newest = max(t.pending) if t.pending else None
-        if generation is not None and generation > eff and (newest is None or generation > newest):
+        pending = t.pending
+        if generation is not None and generation > eff and (
+                not pending or generation > max(pending)):
             appeared = now
             if first_sight:
                 written = _spec_written_at(meta)
                 if written is not None:
                     appeared = min(written, now)
-            t.pending[generation] = appeared
+            if pending is None:
+                pending = t.pending = {}
+            pending[generation] = appeared
         if observed is not None:
-            for g in [g for g in t.pending if g <= observed]:
-                waited = now - t.pending.pop(g)
-                if waited < 0:
-                    self.obs.skew(workload, "generation_observe")
-                else:
-                    self.obs.generation_observed(workload, waited)
+            if pending:
+                for g in [g for g in pending if g <= observed]:
+                    waited = now - pending.pop(g)
+                    if waited < 0:
+                        self.obs.skew(workload, "generation_observe")
+                    else:
+                        self.obs.generation_observed(workload, waited)
             t.observed = observed
-        if generation is not None:
-            for g in [g for g in t.pending if g > generation]:
-                del t.pending[g]  # the spec went back: that generation will not come
+        if generation is not None and pending:
+            for g in [g for g in pending if g > generation]:
+                del pending[g]  # the spec went back: that generation will not come
 
     def _readiness(self, t: _Tracked, meta: dict[str, Any], status: dict[str, Any] | None,
                    workload: str) -> bool:
-        ready_at = _ns(status.get("signalledReady")) if status else None
+        ready = status.get("signalledReady") if status else None
+        if not ready:
+            return False
+        if t.ready_seen:
+            return True  # measured once: no need to parse it again on every status write
+        ready_at = _ns(ready)
         if ready_at is None:
-            return bool(status and status.get("signalledReady"))
-        if not t.ready_seen:
-            t.ready_seen = True
-            created = _ns(meta.get("creationTimestamp"))
-            if created is not None:
-                if ready_at < created:
-                    self.obs.skew(workload, "ready")
-                else:
-                    self.obs.ready(workload, (ready_at - created) / 1e9)
+            return True
+        t.ready_seen = True
+        created = _ns(meta.get("creationTimestamp"))
+        if created is not None:
+            if ready_at < created:
+                self.obs.skew(workload, "ready")
+            else:
+                self.obs.ready(workload, (ready_at - created) / 1e9)
         return True
 
     def _allocation(self, t: _Tracked, meta: dict[str, Any], spec: dict[str, Any],
@@ -318,25 +330,27 @@ class UnitSignalModel:
         alloc_id = alloc.get("id") if type(alloc) is dict else None
         alloc_id = alloc_id if type(alloc_id) is str and alloc_id else None
         ack = status.get("allocationAck") if status else None
-        if alloc_id is not None and alloc_id not in t.alloc_ids:
-            t.alloc_ids[alloc_id] = None
+        allocs = t.allocs
+        if alloc_id is not None and (allocs is None or alloc_id not in allocs):
+            if allocs is None:
+                allocs = t.allocs = {}
             start = _seconds(alloc.get("allocatedAt"))  # type: ignore[union-attr]
             if start is None and not first_sight:
                 start = now
-            t.alloc_start[alloc_id] = start
-            if len(t.alloc_ids) > ALLOCATION_MEMORY:
-                oldest = next(iter(t.alloc_ids))
-                del t.alloc_ids[oldest]
-                t.alloc_start.pop(oldest, None)
-                t.acked.discard(oldest)
+            allocs[alloc_id] = [start, False]
+            if len(allocs) > ALLOCATION_MEMORY:
+                del allocs[next(iter(allocs))]
         if type(ack) is str and ack:
-            if ack not in t.alloc_ids:
+            entry = allocs.get(ack) if allocs else None
+            if entry is None:
+                if t.bad_acks is None:
+                    t.bad_acks = set()
                 if ack not in t.bad_acks:
                     t.bad_acks.add(ack)
                     self.obs.violation(workload, "unknown_allocation_ack")
-            elif ack not in t.acked:
-                t.acked.add(ack)
-                start = t.alloc_start.get(ack)
+            elif not entry[1]:
+                entry[1] = True
+                start = entry[0]
                 if start is not None and not first_sight:
                     if now < start:
                         self.obs.skew(workload, "allocation_ack")

@@ -25,8 +25,10 @@ class TableFamily:
 
     def set(self, key: Hashable, block: str, value: float) -> None:
         """`block` is the rendered label set, `{a="x",b="y"}`."""
-        self.live.pop(key, None)
-        self.lines[key] = f"{self.prefix}{block} {format_value(value)}\n".encode()
+        if self.live:
+            self.live.pop(key, None)
+        v = str(value) if type(value) is int else format_value(value)
+        self.lines[key] = f"{self.prefix}{block} {v}\n".encode()
         self._body = None
 
     def set_live(self, key: Hashable, block: str, fn: Callable[[], float]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import random
 import time
@@ -37,6 +38,7 @@ from exporter.sources.kube.api import (
     Rejected,
     RetryLater,
     Unauthorized,
+    gc_paused,
 )
 from exporter.sources.kube.handler import Key, ObjectHandler, Store, object_key, resource_version
 
@@ -102,7 +104,9 @@ class Reflector:
         self.relists: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self._relist_reason: str | None = "initial"
-        self._pages: list[Any] = []  # items of a LIST in progress
+        self._pages: list[Any] = []  # items of a LIST in progress (handlers without list_page)
+        self._listed: set[Any] = set()  # keys of a LIST in progress (handlers with list_page)
+        self._paged = hasattr(handler, "list_page") and hasattr(handler, "list_done")
         self._list_rv: str | None = None
         self._continue: str | None = None
         self._expired_streak = 0
@@ -182,24 +186,47 @@ class Reflector:
         self._count("list", page.result)
         if cont is None:
             self._list_rv = page.resource_version
-        self._pages.extend(page.items)
+        if self._paged:
+            # Applied as it arrives and dropped: 100k objects are never all held decoded.
+            self._listed.update(k for k in map(object_key, page.items) if k is not None)
+            with gc_paused():
+                self._deliver("list_page", page.items, self.clock())
+        else:
+            self._pages.extend(page.items)
         self._continue = page.continue_token
         if page.continue_token is not None:
             return 0.0
         items, rv = self._pages, self._list_rv or page.resource_version
+        listed = self._listed
         self._restart_list()
-        self._replace(items, rv)
+        if self._paged:
+            self._list_done(listed, rv)
+        else:
+            with gc_paused():
+                self._replace(items, rv)
+        # What a full list leaves behind lives as long as the objects do: keep the cyclic
+        # collector from walking it again on every full collection.
+        gc.freeze()
         return 0.0
 
     def _restart_list(self) -> None:
         self._pages = []
+        self._listed = set()
         self._continue = None
         self._list_rv = None
 
+    def _list_done(self, listed: set[Any], rv: str) -> None:
+        self._deliver("list_done", listed, self.clock())
+        self._synced_at(listed, rv)
+
     def _replace(self, items: list[Any], rv: str) -> None:
         now = self.clock()
-        self.keys = {k for k in map(object_key, items) if k is not None}
+        keys = {k for k in map(object_key, items) if k is not None}
         self._deliver("replace", items, now)
+        self._synced_at(keys, rv)
+
+    def _synced_at(self, keys: set[Any], rv: str) -> None:
+        self.keys = keys
         self.resource_version = rv
         self.metrics.objects(self.scope, len(self.keys))
         self.backoff.reset()
