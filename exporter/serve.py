@@ -29,6 +29,7 @@ from exporter.sources.backoff import Backoff
 from exporter.sources.intake import Intake
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
+from exporter.sources.tasks import cancel
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, add_webhook_routes
 
@@ -65,11 +66,7 @@ class Running:
         """No checkpoint here: it must stay equal to what the last scrape exposed."""
         if self.intake is not None:
             self.intake.close()
-        for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel(*self.tasks)
         if self.supervisor is not None:
             await self.supervisor.stop()
         if self.kube is not None:

@@ -37,6 +37,7 @@ from exporter.sources.route import (
     Unauthorized,
     UnknownWorkload,
 )
+from exporter.sources.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +113,7 @@ class Tailer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
 
     def fetch_now(self) -> None:
         """Ask for a request at once, with wait=0: events the intake waits for (a gap among
@@ -400,10 +398,7 @@ class TailSupervisor:
 
     async def stop(self) -> None:
         task, self._discovery_task = self._discovery_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
         tailers = list(self.tailers.values())
         self.tailers.clear()
         await asyncio.gather(*(t.stop() for t in tailers))

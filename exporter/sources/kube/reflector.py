@@ -41,6 +41,7 @@ from exporter.sources.kube.api import (
     gc_paused,
 )
 from exporter.sources.kube.handler import Key, ObjectHandler, Store, object_key, resource_version
+from exporter.sources.tasks import cancel
 
 __all__ = ["KubeSource", "ObjectHandler", "Reflector", "Store"]
 
@@ -123,10 +124,7 @@ class Reflector:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
 
     async def run(self) -> None:
         self.metrics.start(self.scope)
