@@ -99,7 +99,6 @@ class UnitSignalMetrics:
             for table, i in self._plain_idx:
                 v = new[i]
                 table.lines[key] = f"{table.prefix}{tail}{v}\n".encode()
-                table._body = None
         else:
             for table, i in self._plain_idx:
                 v = new[i]
