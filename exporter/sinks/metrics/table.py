@@ -14,13 +14,14 @@ from exporter.sinks.metrics.series import format_value
 
 
 class TableFamily:
-    __slots__ = ("lines", "live", "metric", "prefix")
+    __slots__ = ("_body", "lines", "live", "metric", "prefix")
 
     def __init__(self, metric: Metric) -> None:
         self.metric = metric
         self.prefix = metric.name
         self.lines: dict[Hashable, bytes] = {}
         self.live: dict[Hashable, tuple[str, Callable[[], float]]] = {}
+        self._body: bytes | None = b""
 
     def set(self, key: Hashable, block: str, value: float) -> None:
         """`block` is the rendered label set, `{a="x",b="y"}`."""
@@ -28,26 +29,29 @@ class TableFamily:
             self.live.pop(key, None)
         v = str(value) if type(value) is int else format_value(value)
         self.lines[key] = f"{self.prefix}{block} {v}\n".encode()
+        self._body = None
 
     def set_live(self, key: Hashable, block: str, fn: Callable[[], float]) -> None:
         """A value read at each scrape (e.g. an age)."""
         self.live[key] = (block, fn)
         self.lines[key] = b""
+        self._body = None
 
     def remove(self, key: Hashable) -> None:
         self.live.pop(key, None)
-        self.lines.pop(key, None)
+        if self.lines.pop(key, None) is not None:
+            self._body = None
 
     def __len__(self) -> int:
         return len(self.lines)
 
     def body(self) -> bytes:
-        """Joined anew at each scrape and not kept: with objects changing between scrapes the
-        join is redone anyway, and keeping ~190 MB of bodies for 100k objects would double the
-        resident memory between scrapes (large buffers go back to the OS when freed)."""
         if self.live:
             p = self.prefix
             lines = self.lines
             for key, (block, fn) in self.live.items():
                 lines[key] = f"{p}{block} {format_value(fn())}\n".encode()
-        return b"".join(self.lines.values())
+            self._body = None
+        if self._body is None:
+            self._body = b"".join(self.lines.values())
+        return self._body

@@ -99,6 +99,7 @@ class UnitSignalMetrics:
             for table, i in self._plain_idx:
                 v = new[i]
                 table.lines[key] = f"{table.prefix}{tail}{v}\n".encode()
+                table._body = None
         else:
             for table, i in self._plain_idx:
                 v = new[i]
