@@ -233,7 +233,9 @@ class UnitSignalModel:
             since,
         )
         if state != old:
-            self._index(key, old, state)
+            if old is None or (old.workload, old.phase, old.phase_since) != (
+                    workload, phase, since):
+                self._index(key, old, state)
             t.state = state
             self.obs.state(key, old, state)
         return key
@@ -360,9 +362,14 @@ class UnitSignalModel:
         return alloc_id, pending
 
     def _allowlisted(self, labels: Any) -> tuple[tuple[str, str], ...]:
-        if not self.allowlist or type(labels) is not dict:
+        if type(labels) is not dict:
             return ()
-        return tuple((n, v) for n in self.allowlist if type(v := labels.get(n)) is str)
+        out = []
+        for name in self.allowlist:
+            v = labels.get(name)
+            if type(v) is str:
+                out.append((name, v))
+        return tuple(out)
 
     # -- bookkeeping ------------------------------------------------------------------------
 
