@@ -70,13 +70,11 @@ class Pipeline:
         r["zaroz_workload_units_expired_total"].callback(key, lambda: log.expired)
 
     def expire(self, now_ns: int) -> None:
-        for log in self.logs.values():
-            log.expire(now_ns)
-        if self.traces is not None:
-            self.traces.expire(now_ns)
+        for name in self.logs:
+            self.expire_workload(name, now_ns)
 
     def expire_workload(self, name: str, now_ns: int) -> None:
-        """One workload's idle units, on its own clock (replay)."""
+        """One workload's idle units (replay runs each on its own event clock)."""
         self.logs[name].expire(now_ns)
         if self.traces is not None:
             self.traces.builder(name).expire(now_ns)

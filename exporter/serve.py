@@ -19,7 +19,6 @@ from aiohttp import web
 
 from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.cluster import NamespaceHandler, build_cluster
-from exporter.model.unitsignals import UnitSignalModel
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
 from exporter.sharding import Shard, ordinal_from_pod_name
@@ -47,7 +46,6 @@ class Running:
     session: aiohttp.ClientSession
     supervisor: TailSupervisor | None = None
     kube: Any = None  # exporter.sources.kube.reflector.KubeSource
-    unitsignals: UnitSignalModel | None = None
     traces: Any = None  # exporter.sinks.traces.otlp.TraceSink
     intake: Intake | None = None
     checkpointer: Checkpointer | None = None
@@ -100,7 +98,7 @@ async def _expire_loop(pipeline: Pipeline) -> None:
 
 
 def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipeline: Pipeline,
-                 owns: Callable[[str], bool] | None) -> tuple[Any, UnitSignalModel] | None:
+                 owns: Callable[[str], bool] | None, backoff: Callable[[], Backoff]) -> Any:
     """The UnitSignal watch, when --kube allows it and a cluster is configured."""
     if args.kube == "off":
         return None
@@ -118,18 +116,15 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipel
         log.info("no Kubernetes configuration: UnitSignals are not watched",
                  extra={"reason": str(e)})
         return None
-    allowlist = [v for v in args.unitsignal_labels_allowlist if v]
-    model, _ = build_cluster(pipeline.registry, allowlist)
+    model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist)
     source = KubeSource(
         KubeApi(session, access), lambda ns: NamespaceHandler(model, ns, owns),
         KubeMetrics(pipeline.registry), namespaces=args.namespace or None,
-        label_selector=args.label_selector or None,
-        backoff_factory=functools.partial(Backoff, min(0.5, args.backoff_max),
-                                          args.backoff_max),
+        label_selector=args.label_selector or None, backoff_factory=backoff,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
                                             "namespaces": ",".join(args.namespace) or "*"})
-    return source, model
+    return source
 
 
 def shard_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Shard:
@@ -182,7 +177,7 @@ async def start(args: argparse.Namespace) -> Running:
             args.discovery_interval, backoff_factory=backoff, owns=owns,
             start_cursor=start_cursor, limit=args.page_limit, wait=args.wait,
         )
-    kube = _kube_source(args, session, pipeline, owns)
+    kube = _kube_source(args, session, pipeline, owns, backoff)
     if supervisor is None and kube is None and not args.webhook_secret_file:
         await session.close()
         raise SystemExit("zaroz-exporter serve: nothing to export: give --events-url "
@@ -200,14 +195,13 @@ async def start(args: argparse.Namespace) -> Running:
                            webhook_metrics, tolerance_s=args.webhook_tolerance,
                            max_body=args.webhook_max_body)
     runner, url = await start_site(server.app, args.listen)
-    running = Running(url, pipeline, runner, session, supervisor,
-                      kube[0] if kube else None, kube[1] if kube else None, traces=traces,
+    running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
                       intake=intake, checkpointer=checkpointer)
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()
     if kube is not None:
-        kube[0].start()
+        kube.start()
     running.tasks.append(asyncio.create_task(_expire_loop(pipeline), name="expire"))
     return running
 

@@ -100,7 +100,6 @@ class Tailer:
         # fetch_now(): the next request goes at once and without waiting (a backfill).
         self._urgent = False
         self._wake = asyncio.Event()
-        self.fetches_requested = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -122,7 +121,6 @@ class Tailer:
         Cuts short an idle pause or a long poll in flight; a pause after a failure (backoff,
         Retry-After) is kept, so a backfill never hammers a route that is refusing requests.
         """
-        self.fetches_requested += 1
         self._urgent = True
         self._wake.set()
 

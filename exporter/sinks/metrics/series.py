@@ -137,25 +137,22 @@ class HistogramSeries:
 
     def observe_exemplar(self, ns: int, workload: str, unit_id: str, at: str) -> None:
         """`observe_ns`, keeping the unit as the bucket's exemplar (`at`: its occurred_at)."""
-        i = bisect_left(self.bounds_ns, ns)
-        self.counts[i] += 1
-        self.sum_ns += ns
-        self.count += 1
+        i = self.observe_ns(ns)
         ex = self.ex
         if ex is None:
             ex = self.ex = [None] * len(self.counts)
         ex[i] = (workload, unit_id, ns, at)
-        if self.line is not None:
-            self.line = None
-            self.family.dirty.append(self)
 
-    def observe_ns(self, ns: int) -> None:
-        self.counts[bisect_left(self.bounds_ns, ns)] += 1
+    def observe_ns(self, ns: int) -> int:
+        """Returns the bucket the observation fell in."""
+        i = bisect_left(self.bounds_ns, ns)
+        self.counts[i] += 1
         self.sum_ns += ns
         self.count += 1
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)
+        return i
 
     def observe(self, seconds: float) -> None:
         self.observe_ns(round(seconds * 1e9))

@@ -11,7 +11,6 @@ DELIVERY_RESULTS = (
     "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp", "no_secret",
     "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
 )  # fmt: skip
-BACKFILL_REASONS = ("gap", "ping")
 SAVE_RESULTS = ("written", "unchanged", "error")
 
 

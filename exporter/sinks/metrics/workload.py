@@ -138,4 +138,4 @@ class WorkloadMetrics:
         self._desired.labels(self.workload).set(units)
 
     def ping(self, seq: int) -> None:
-        """Webhook cursors are handled by the intake (issue 4); nothing to expose here yet."""
+        """The webhook cursor is the intake's to track (zaroz_webhook_cursor), not the log's."""

@@ -309,10 +309,6 @@ class TraceSink:
             span.set_status(Status(StatusCode.ERROR, r.error))
         span.end(end_time=r.end_ns)
 
-    def expire(self, now_ns: int) -> None:
-        for b in self.builders.values():
-            b.expire(now_ns)
-
     def close_all(self, at: Mapping[str, str] | None = None) -> None:
         """End every open unit's spans (replay: the log is over), at `at[workload]` (the log's
         last occurred_at) or else at each unit's last event."""

@@ -116,7 +116,6 @@ class KubeconfigAuth:
         self.ssl_context = ssl_context
         self.min_reload = min_reload
         self.clock = clock
-        self.reloads = 0
         self._stale = False
         self._last_reload = clock()
         self._cert = (configuration.cert_file, configuration.key_file)
@@ -151,7 +150,6 @@ class KubeconfigAuth:
                       extra={"error": str(e)})
             return
         self._stale = False
-        self.reloads += 1
         self.configuration = cfg
         cert = (cfg.cert_file, cfg.key_file)
         if cert != self._cert and self.ssl_context is not None and cert[0] and cert[1]:
