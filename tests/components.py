@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import NoReturn
 
 import pytest
+
+
+def missing(msg: str) -> NoReturn:
+    """Fail under CI (where .ci/run must have installed it), skip elsewhere."""
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
 
 
 def require(binary: str) -> str:
     path = shutil.which(binary)
     if path is None:
-        msg = f"{binary} is not installed (.ci/run installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        missing(f"{binary} is not installed (.ci/run installs it)")
     return path

@@ -21,7 +21,7 @@ import pytest
 
 import dashboards
 from dashboards import lib
-from tests.components import require
+from tests.components import missing, require
 
 SCHEMA_DIR = Path(dashboards.__file__).resolve().parent / "schema"
 NODE_MODULES = SCHEMA_DIR / "node_modules"
@@ -32,10 +32,7 @@ GENERATED = dashboards.generate()
 
 def _missing(msg: str) -> None:
     """A missing component fails under CI (.ci/run installs it) and skips elsewhere."""
-    msg += " (run: npm ci --prefix dashboards/schema)"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
+    missing(msg + " (run: npm ci --prefix dashboards/schema)")
 
 
 def _version(package: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 from deploy import generate
+from tests.components import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 OVERLAYS = {
@@ -39,10 +39,7 @@ CUSTOM_GROUPS = ("monitoring.coreos.com/",)  # no schema in kubernetes-validate:
 
 
 def _missing(what: str) -> None:
-    msg = f"{what} is not installed (.ci/run installs it)"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
+    missing(f"{what} is not installed (.ci/run installs it)")
 
 
 def _kubectl() -> str:
