@@ -35,7 +35,7 @@ def _serve(kind: str, secret_dir: str, port_q: Any) -> None:
     from exporter.server import start_site
     from exporter.sinks.metrics.webhook import WebhookMetrics
     from exporter.sources.intake import Intake
-    from exporter.sources.webhook import PATH, SecretFiles, add_webhook_routes
+    from exporter.sources.webhook import PATH, SecretFiles, WebhookReceiver
 
     async def main() -> None:
         app = web.Application()
@@ -49,8 +49,8 @@ def _serve(kind: str, secret_dir: str, port_q: Any) -> None:
             pipeline = Pipeline()
             metrics = WebhookMetrics(pipeline.registry)
             secret = Path(secret_dir) / "secret"
-            add_webhook_routes(app, Intake(pipeline, metrics), SecretFiles([secret], metrics),
-                               metrics)
+            WebhookReceiver(Intake(pipeline, metrics), SecretFiles([secret], metrics),
+                            metrics).install(app)
         _, url = await start_site(app, "127.0.0.1:0")
         port_q.put(url)
         await asyncio.Event().wait()

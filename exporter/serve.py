@@ -30,7 +30,7 @@ from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.sources.tasks import cancel
 from exporter.sources.token import TokenFile
-from exporter.sources.webhook import SecretFiles, add_webhook_routes
+from exporter.sources.webhook import SecretFiles, WebhookReceiver
 
 log = logging.getLogger("exporter.serve")
 EXPIRE_INTERVAL_S = 60.0
@@ -190,10 +190,9 @@ async def start(args: argparse.Namespace) -> Running:
     if args.webhook_secret_file:
         intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,
                         give_up_after=args.webhook_gap_give_up)
-        add_webhook_routes(server.app, intake,
-                           SecretFiles(args.webhook_secret_file, webhook_metrics),
-                           webhook_metrics, tolerance_s=args.webhook_tolerance,
-                           max_body=args.webhook_max_body)
+        WebhookReceiver(intake, SecretFiles(args.webhook_secret_file, webhook_metrics),
+                        webhook_metrics, tolerance_s=args.webhook_tolerance,
+                        max_body=args.webhook_max_body).install(server.app)
     runner, url = await start_site(server.app, args.listen)
     running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
                       intake=intake, checkpointer=checkpointer)

@@ -26,7 +26,7 @@ from exporter.sources.backoff import Backoff
 from exporter.sources.intake import Intake
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
-from exporter.sources.webhook import SecretFiles, add_webhook_routes
+from exporter.sources.webhook import SecretFiles, WebhookReceiver
 from tests.envelopes import Log
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 
@@ -72,7 +72,8 @@ class Exporter:
         self.intake = Intake(self.pipeline, self.metrics, self.supervisor, grace=grace,
                              give_up_after=give_up_after, min_backfill_interval=0.0)
         self.app = web.Application()
-        add_webhook_routes(self.app, self.intake, SecretFiles([tmp / "secret"]), self.metrics)
+        WebhookReceiver(self.intake, SecretFiles([tmp / "secret"]), self.metrics).install(
+            self.app)
 
     async def start(self) -> str:
         self.runner, self.url = await start_site(self.app, "127.0.0.1:0")

@@ -16,7 +16,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.intake import Intake
-from exporter.sources.webhook import PATH, SecretFiles, add_webhook_routes, parse_signature, sign
+from exporter.sources.webhook import (
+    PATH,
+    SecretFiles,
+    WebhookReceiver,
+    parse_signature,
+    sign,
+)
 from tests.envelopes import Log
 
 NOW = 1_900_000_000
@@ -62,8 +68,8 @@ async def rig(tmp_path: Path):
     pipeline = Pipeline()
     metrics = WebhookMetrics(pipeline.registry)
     app = web.Application()
-    add_webhook_routes(app, Intake(pipeline, metrics), SecretFiles([secret_file], metrics),
-                       metrics, max_body=4096, clock=lambda: NOW)
+    WebhookReceiver(Intake(pipeline, metrics), SecretFiles([secret_file], metrics), metrics,
+                    max_body=4096, clock=lambda: NOW).install(app)
     client = TestClient(TestServer(app))
     await client.start_server()
     yield Rig(client, pipeline, secret_file)

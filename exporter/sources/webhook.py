@@ -170,6 +170,11 @@ class WebhookReceiver:
         self.log_interval = log_interval
         self._logged: dict[str, float] = {}
 
+    def install(self, app: web.Application) -> WebhookReceiver:
+        """Adds `POST /v1/webhooks/events` to `app`."""
+        app.router.add_post(PATH, self.handle)
+        return self
+
     async def handle(self, request: web.Request) -> web.Response:
         h = request.headers
         size = request.content_length
@@ -253,20 +258,3 @@ def _event_fields(obj: Any) -> dict[str, Any]:
         return {}
     t = obj.get("type")
     return {"seq": obj.get("seq"), "type": t if type(t) is str and len(t) <= 64 else "?"}
-
-
-def add_webhook_routes(
-    app: web.Application,
-    intake: Intake,
-    secrets: SecretFiles,
-    metrics: WebhookMetrics,
-    *,
-    tolerance_s: float = 300,
-    max_body: int = MIB,
-    clock: Callable[[], float] = time.time,
-) -> WebhookReceiver:
-    """Adds `POST /v1/webhooks/events` to `app`; returns the receiver (for tests)."""
-    receiver = WebhookReceiver(intake, secrets, metrics, tolerance_s=tolerance_s,
-                               max_body=max_body, clock=clock)
-    app.router.add_post(PATH, receiver.handle)
-    return receiver
