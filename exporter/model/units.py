@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter import catalog
 from exporter.model.observations import Observer
 from exporter.model.timestamps import parse_rfc3339_ns as ns_of
 
-DRAIN_REASONS = frozenset(("stop", "destroy", "replace", "scale_down"))
+DRAIN_REASONS = frozenset(catalog.DRAIN_REASONS)
 
 
 class Unit:

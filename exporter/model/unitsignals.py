@@ -25,9 +25,9 @@ from typing import Any, NamedTuple, Protocol
 from exporter.catalog import PHASES
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.units import DRAIN_REASONS
 
 WORKLOAD_LABEL = "units.zaroz.cloud/workload"
-DRAIN_REASONS = frozenset(("stop", "destroy", "replace", "scale_down"))
 STATUS_FIELDS = (
     "observedGeneration", "agentVersion", "signalledReady", "accepting", "activity",
     "activitySince", "shutdownRequestedAt", "allocationAck", "seq",
