@@ -1,57 +1,151 @@
-"""Per-object families: one bare pre-rendered line per Kubernetes object.
+"""Per-object families, rendered in chunks of rows.
 
-At 100k UnitSignals and a dozen per-object metrics a Series object per sample would cost more
-memory than the objects themselves; a family here holds only `key -> bytes` (the key tuple is
-shared by every family of the object) and joins the lines at scrape time.
+At 100k UnitSignals and a dozen per-object metrics, a bytes line per sample plus a joined body
+per family held the exposition twice over (~4.5 KB per object). Here each object is one row (its
+label block and the model's state snapshot, which the model keeps anyway) in a numbered slot;
+slots are grouped in chunks of `CHUNK`. A change only marks its chunk dirty; the next scrape
+renders each dirty chunk once, every family at once, so many writes to an object between two
+scrapes cost one render, a watch event costs a set insertion, and memory holds the exposition
+once, as the chunks' bytes. Families are joined from the chunks at scrape time and not kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from exporter.catalog import Metric
-from exporter.sinks.metrics.series import format_value
+
+SHIFT = 4
+CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
+
+Row = tuple[str, Any]  # (label block `{a="x",b="y"}`, the state the columns read)
+
+
+@dataclass(frozen=True)
+class Column:
+    """How one family renders the rows of a chunk. `live`: rows whose value is read at each
+    scrape (an age); chunks holding one are rendered again for this column on every scrape."""
+
+    family: TableFamily
+    render: Callable[[Sequence[Row]], str]
+    live: Callable[[Row], bool] | None = None
+    count: Callable[[Sequence[Row]], int] = len  # series a chunk's rows give (len: one each)
 
 
 class TableFamily:
-    __slots__ = ("_body", "lines", "live", "metric", "prefix")
+    """One per-object family of the registry: a view on its column of a RowTable."""
+
+    __slots__ = ("index", "metric", "prefix", "table")
 
     def __init__(self, metric: Metric) -> None:
         self.metric = metric
         self.prefix = metric.name
-        self.lines: dict[Hashable, bytes] = {}
-        self.live: dict[Hashable, tuple[str, Callable[[], float]]] = {}
-        self._body: bytes | None = b""
-
-    def set(self, key: Hashable, block: str, value: float) -> None:
-        """`block` is the rendered label set, `{a="x",b="y"}`."""
-        if self.live:
-            self.live.pop(key, None)
-        v = str(value) if type(value) is int else format_value(value)
-        self.lines[key] = f"{self.prefix}{block} {v}\n".encode()
-        self._body = None
-
-    def set_live(self, key: Hashable, block: str, fn: Callable[[], float]) -> None:
-        """A value read at each scrape (e.g. an age)."""
-        self.live[key] = (block, fn)
-        self.lines[key] = b""
-        self._body = None
-
-    def remove(self, key: Hashable) -> None:
-        self.live.pop(key, None)
-        if self.lines.pop(key, None) is not None:
-            self._body = None
+        self.table: RowTable | None = None
+        self.index = 0
 
     def __len__(self) -> int:
-        return len(self.lines)
+        return 0 if self.table is None else self.table.count(self.index)
 
     def body(self) -> bytes:
-        if self.live:
-            p = self.prefix
-            lines = self.lines
-            for key, (block, fn) in self.live.items():
-                lines[key] = f"{p}{block} {format_value(fn())}\n".encode()
-            self._body = None
-        if self._body is None:
-            self._body = b"".join(self.lines.values())
-        return self._body
+        return b"" if self.table is None else self.table.body(self.index)
+
+
+class RowTable:
+    """The rows of one kind of object, shared by the families it renders."""
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = list(columns)
+        for i, col in enumerate(self.columns):
+            col.family.table, col.family.index = self, i
+        self.slots: dict[Hashable, int] = {}
+        # slot -> label block and state (None: a free slot); two lists, no tuple per row
+        self.blocks: list[str | None] = []
+        self.states: list[Any] = []
+        self.free: list[int] = []
+        self.dirty: set[int] = set()
+        self.live: set[int] = set()  # chunks with a row some live column reads at scrape time
+        # column -> chunk -> rendered bytes, and the number of series in it
+        self.parts: list[list[bytes]] = [[] for _ in self.columns]
+        self.sizes: list[list[int]] = [[] for _ in self.columns]
+        self.totals = [0] * len(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def put(self, key: Hashable, block: str, state: Any) -> None:
+        slot = self.slots.get(key)
+        if slot is None:
+            if self.free:
+                slot = self.free.pop()
+            else:
+                slot = len(self.blocks)
+                self.blocks.append(block)
+                self.states.append(state)
+                self.slots[key] = slot
+                if slot & (CHUNK - 1) == CHUNK - 1:
+                    # A chunk just filled with new rows (a sync): render it now, page by page,
+                    # rather than all at the first scrape.
+                    self.dirty.add(slot >> SHIFT)
+                    self._render({slot >> SHIFT})
+                    return
+            self.slots[key] = slot
+        self.blocks[slot] = block
+        self.states[slot] = state
+        self.dirty.add(slot >> SHIFT)
+
+    def update(self, key: Hashable, state: Any) -> None:
+        """A new state for a row already there, under the same label block."""
+        slot = self.slots[key]
+        self.states[slot] = state
+        self.dirty.add(slot >> SHIFT)
+
+    def remove(self, key: Hashable) -> None:
+        slot = self.slots.pop(key, None)
+        if slot is not None:
+            self.blocks[slot] = self.states[slot] = None
+            self.free.append(slot)
+            self.dirty.add(slot >> SHIFT)
+
+    def count(self, index: int) -> int:
+        self.refresh()
+        return self.totals[index]
+
+    def body(self, index: int) -> bytes:
+        self.refresh()
+        col, parts = self.columns[index], self.parts[index]
+        if col.live is not None:
+            for c in self.live:
+                parts[c] = col.render(self._chunk(c)).encode()
+        return b"".join(parts)
+
+    def refresh(self) -> None:
+        """Render every dirty chunk, all columns."""
+        if self.dirty:
+            self._render(self.dirty)
+
+    def _render(self, chunks: set[int]) -> None:
+        n_chunks = (len(self.blocks) + CHUNK - 1) >> SHIFT
+        for parts, sizes in zip(self.parts, self.sizes, strict=True):
+            if len(parts) < n_chunks:
+                parts.extend([b""] * (n_chunks - len(parts)))
+                sizes.extend([0] * (n_chunks - len(sizes)))
+        lives = [col.live for col in self.columns if col.live is not None]
+        for c in chunks:
+            rows = self._chunk(c)
+            for i, col in enumerate(self.columns):
+                n = col.count(rows)
+                self.totals[i] += n - self.sizes[i][c]
+                self.sizes[i][c] = n
+                self.parts[i][c] = col.render(rows).encode()
+            if any(live(r) for live in lives for r in rows):
+                self.live.add(c)
+            else:
+                self.live.discard(c)
+        self.dirty -= chunks
+
+    def _chunk(self, c: int) -> list[Row]:
+        lo, hi = c << SHIFT, (c + 1) << SHIFT
+        return [r for r in zip(self.blocks[lo:hi], self.states[lo:hi], strict=True)
+                if r[0] is not None]

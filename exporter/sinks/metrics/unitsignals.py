@@ -1,7 +1,7 @@
 """UnitSignal state snapshots and observations as metrics.
 
-Only the fields that changed between two snapshots are rendered again, so a status write that
-flips `accepting` costs one line, not a dozen.
+A state change stores the new snapshot in its row and marks the row's chunk dirty; the lines
+are rendered at the next scrape (see table.py), so a watch event costs no formatting at all.
 """
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from exporter import catalog
 from exporter.model.unitsignals import Key, SignalState
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import escape_label_value as esc
-from exporter.sinks.metrics.table import TableFamily
+from exporter.sinks.metrics.series import format_value
+from exporter.sinks.metrics.table import Column, Row, RowTable
 
 # Simple per-object gauges: (metric name, SignalState field).
 _PLAIN = (
@@ -36,13 +37,64 @@ def label_name(k8s_label: str) -> str:
     return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", k8s_label)
 
 
+@functools.lru_cache(maxsize=4096)
+def _labels_text(labels: tuple[tuple[str, str], ...]) -> str:
+    """The allowlisted labels as label text; few distinct sets (a team, a tier), so cached."""
+    return ",".join([f'{label_name(n)}="{esc(v)}"' for n, v in labels])
+
+
+# Rows hold their label block open, `{a="x",b="y"`, so a column appends its own labels.
+# Field positions in SignalState, read by index (faster than NamedTuple attributes).
+_F = {name: i for i, name in enumerate(SignalState._fields)}
+_UNIT_ID, _KEY, _AGENT, _LABELS = _F["unit_id"], _F["key"], _F["agent_version"], _F["labels"]
+_ACT, _DRAIN, _SINCE = _F["activity"], _F["draining"], _F["pending_since"]
+
 # Bounded values: their label text is built once.
-_ACTIVITY = {a: f',activity="{a}"}}' for a in ("idle", "busy", "none")}
-_REASON = {r: f',reason="{r}"}}' for r in (*catalog.DRAIN_REASONS, "none")}
+_ACTIVITY = {a: f',activity="{a}"}} 1\n' for a in ("idle", "busy", "none")}
+_REASON = {r: f',reason="{r}"}} {0 if r == "none" else 1}\n'
+           for r in (*catalog.DRAIN_REASONS, "none")}
 
 
-def _with(block: str, extra: str) -> str:
-    return block[:-1] + "," + extra + "}"
+def _plain(prefix: str, i: int) -> Callable[[Sequence[Row]], str]:
+    return lambda rows: "".join([f"{prefix}{b}}} {s[i]}\n" for b, s in rows])
+
+
+def _info(prefix: str) -> Callable[[Sequence[Row]], str]:
+    def render(rows: Sequence[Row]) -> str:
+        text = "".join([f'{prefix}{b},unit_id="{s[_UNIT_ID]}",key="{s[_KEY]}",'
+                        f'agent_version="{s[_AGENT]}"}} 1\n' for b, s in rows])
+        # Nearly never is there anything to escape: check the whole chunk at once (six quoted
+        # values a line, no backslash, a newline only at the end of each line).
+        n = len(rows)
+        if text.count('"') == 12 * n and "\\" not in text and text.count("\n") == n:
+            return text
+        return "".join([f'{prefix}{b},unit_id="{esc(s[_UNIT_ID])}",key="{esc(s[_KEY])}",'
+                        f'agent_version="{esc(s[_AGENT])}"}} 1\n' for b, s in rows])
+    return render
+
+
+def _labels(prefix: str) -> Callable[[Sequence[Row]], str]:
+    return lambda rows: "".join([f"{prefix}{b},{_labels_text(s[_LABELS])}}} 1\n"
+                                 for b, s in rows if s[_LABELS]])
+
+
+def _activity(prefix: str) -> Callable[[Sequence[Row]], str]:
+    return lambda rows: "".join([f"{prefix}{b}{_ACTIVITY[s[_ACT]]}" for b, s in rows])
+
+
+def _draining(prefix: str) -> Callable[[Sequence[Row]], str]:
+    return lambda rows: "".join([f"{prefix}{b}{_REASON[s[_DRAIN]]}" for b, s in rows])
+
+
+def _lag_seconds(prefix: str, clock: Callable[[], float]) -> Callable[[Sequence[Row]], str]:
+    def render(rows: Sequence[Row]) -> str:
+        now = clock()
+        return "".join([
+            f"{prefix}{b}}} 0\n" if s[_SINCE] is None
+            else f"{prefix}{b}}} {format_value(max(0.0, now - s[_SINCE]))}\n"
+            for b, s in rows
+        ])
+    return render
 
 
 class UnitSignalMetrics:
@@ -52,18 +104,21 @@ class UnitSignalMetrics:
         self.registry = registry
         self.clock = clock
         self.phases: dict[str, dict[str, dict[Key, float]]] = {}  # the model's, see attach()
-        # (family, index of the SignalState field): plain int values, compared by position.
-        self._plain_idx = [(registry.table(n), SignalState._fields.index(f)) for n, f in _PLAIN]
-        self._lag_s = registry.table("zaroz_unitsignal_generation_lag_seconds")
-        self._info = registry.table("zaroz_unitsignal_info")
-        self._labels = registry.table("zaroz_unitsignal_labels")
-        self._activity = registry.table("zaroz_unitsignal_activity")
-        self._draining = registry.table("zaroz_unitsignal_draining")
-        self._tables: list[TableFamily] = [
-            f for f in registry.families.values() if isinstance(f, TableFamily)
-            and f.metric.name.startswith("zaroz_unitsignal_")
+        columns = [
+            Column(f := registry.table(name), _plain(f.prefix, SignalState._fields.index(field)))
+            for name, field in _PLAIN
         ]
-        self._blocks: dict[Key, str] = {}
+        t = registry.table
+        columns += [
+            Column(f := t("zaroz_unitsignal_generation_lag_seconds"),
+                   _lag_seconds(f.prefix, clock), live=lambda r: r[1][_SINCE] is not None),
+            Column(f := t("zaroz_unitsignal_info"), _info(f.prefix)),
+            Column(f := t("zaroz_unitsignal_labels"), _labels(f.prefix),
+                   count=lambda rows: sum(1 for _, s in rows if s[_LABELS])),
+            Column(f := t("zaroz_unitsignal_activity"), _activity(f.prefix)),
+            Column(f := t("zaroz_unitsignal_draining"), _draining(f.prefix)),
+        ]
+        self.rows = RowTable(columns)
         self._observe = registry["zaroz_unitsignal_generation_observe_seconds"]
         self._ready = registry["zaroz_unitsignal_ready_seconds"]
         self._ack = registry["zaroz_unitsignal_allocation_ack_seconds"]
@@ -79,54 +134,16 @@ class UnitSignalMetrics:
 
     def state(self, key: Key, old: SignalState | None, new: SignalState | None) -> None:
         if new is None:
-            for table in self._tables:
-                table.remove(key)
-            self._blocks.pop(key, None)
+            self.rows.remove(key)
+            return
+        if old is not None and old.workload == new.workload:
+            self.rows.update(key, new)
             return
         if new.workload not in self._workloads:
             self._workload(new.workload)
-        fresh = old is None or old.workload != new.workload
-        if fresh:
-            block = self._blocks[key] = (
-                f'{{namespace="{esc(key[0])}",unitsignal="{esc(key[1])}",'
-                f'workload="{esc(new.workload)}"}}'
-            )
-        else:
-            block = self._blocks[key]
-        if fresh:
-            # First sight (most of a sync): every line at once, without per-line calls.
-            tail = block + " "
-            for table, i in self._plain_idx:
-                v = new[i]
-                table.lines[key] = f"{table.prefix}{tail}{v}\n".encode()
-                table._body = None
-        else:
-            for table, i in self._plain_idx:
-                v = new[i]
-                if v != old[i]:  # type: ignore[index]
-                    table.set(key, block, v)
-        if fresh or new.pending_since != old.pending_since:  # type: ignore[union-attr]
-            since = new.pending_since
-            if since is None:
-                self._lag_s.set(key, block, 0)
-            else:
-                clock = self.clock
-                self._lag_s.set_live(key, block, lambda: max(0.0, clock() - since))
-        if fresh or (new.unit_id, new.key, new.agent_version) != (
-            old.unit_id, old.key, old.agent_version  # type: ignore[union-attr]
-        ):
-            self._info.set(key, _with(block, f'unit_id="{esc(new.unit_id)}",key="{esc(new.key)}"'
-                                      f',agent_version="{esc(new.agent_version)}"'), 1)
-        if new.labels and (fresh or new.labels != old.labels):  # type: ignore[union-attr]
-            extra = ",".join(f'{label_name(n)}="{esc(v)}"' for n, v in new.labels)
-            self._labels.set(key, _with(block, extra), 1)
-        elif not new.labels and not fresh and old.labels:  # type: ignore[union-attr]
-            self._labels.remove(key)
-        if fresh or new.activity != old.activity:  # type: ignore[union-attr]
-            self._activity.set(key, block[:-1] + _ACTIVITY[new.activity], 1)
-        if fresh or new.draining != old.draining:  # type: ignore[union-attr]
-            self._draining.set(key, block[:-1] + _REASON[new.draining],
-                               0 if new.draining == "none" else 1)
+        block = (f'{{namespace="{esc(key[0])}",unitsignal="{esc(key[1])}",'
+                 f'workload="{esc(new.workload)}"')
+        self.rows.put(key, block, new)
 
     def generation_observed(self, workload: str, seconds: float) -> None:
         self._observe.labels(workload).observe(seconds)  # type: ignore[union-attr]
