@@ -19,7 +19,9 @@ Where a time is taken from (documented in docs/metrics.md):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 from exporter.catalog import PHASES
@@ -32,9 +34,16 @@ STATUS_FIELDS = (
     "observedGeneration", "agentVersion", "signalledReady", "accepting", "activity",
     "activitySince", "shutdownRequestedAt", "allocationAck", "seq",
 )
+_STATUS_SET = frozenset(STATUS_FIELDS)
+_NULLS = dict.fromkeys(STATUS_FIELDS)
+# The status fields that start or end a measurement (see UnitSignalModel._status_only).
+_measured = itemgetter(*map(STATUS_FIELDS.index, (
+    "observedGeneration", "signalledReady", "allocationAck")))
 ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-ack checks
 
 Key = tuple[str, str]  # (namespace, name)
+
+intern = sys.intern  # bounded strings repeated across 100k objects (namespace, workload...)
 
 
 class SignalState(NamedTuple):
@@ -69,12 +78,18 @@ class SignalObserver(Protocol):
     def skew(self, workload: str, measurement: str) -> None: ...
 
 
+_new_state = tuple.__new__  # SignalState without its Python-level __new__ (hot path)
+_AGENT, _ACCEPTING, _ACTIVITY, _SEQ, _STATUS_VALID = map(SignalState._fields.index, (
+    "agent_version", "accepting", "activity", "status_seq", "status_valid"))
+
+
 class _Tracked:
     """Per-UnitSignal memory; containers are made only when needed (100k objects)."""
 
     __slots__ = (
-        "ahead", "allocs", "bad_acks", "observed", "pending", "ready_seen", "seq", "spec_mgen",
-        "spec_valid", "state", "status_key", "status_valid", "uid",
+        "ahead", "alloc_id", "allocs", "bad_acks", "draining", "gen", "observed", "pending",
+        "ready_seen", "seq", "spec_mgen", "spec_valid", "state", "status_key", "status_valid",
+        "uid", "ukey", "unit_id",
     )
 
     def __init__(self, uid: str | None) -> None:
@@ -84,6 +99,12 @@ class _Tracked:
         self.observed: int | None = None
         self.seq: int | None = None
         self.spec_mgen: Any = None
+        # read from the spec once per generation of it (see UnitSignalModel._spec)
+        self.gen: int | None = None
+        self.unit_id = ""
+        self.ukey = ""
+        self.draining = "none"
+        self.alloc_id: str | None = None
         self.spec_valid = 1
         self.status_key: tuple[Any, ...] | None = None
         self.status_valid = 1
@@ -127,6 +148,8 @@ def _int(v: Any) -> int | None:
 
 
 class UnitSignalModel:
+    status_fast_path = True  # off only in the test that checks it changes nothing
+
     def __init__(self, observer: SignalObserver, labels_allowlist: Iterable[str] = ()) -> None:
         self.obs = observer
         self.allowlist = tuple(labels_allowlist)
@@ -160,10 +183,14 @@ class UnitSignalModel:
             self._forget(key)
 
     def upsert(self, obj: dict[str, Any], now: float) -> Key | None:
-        key = _key_of(obj)
-        if key is None:
+        # The hot path of a watch (100k objects): straight-line code, each field read once.
+        meta = obj.get("metadata") if type(obj) is dict else None
+        if type(meta) is not dict:
             return None
-        meta = obj["metadata"]
+        ns, name = meta.get("namespace"), meta.get("name")
+        if type(ns) is not str or type(name) is not str:
+            return None
+        key = (ns, name)
         uid = meta.get("uid")
         t = self.objects.get(key)
         if t is not None and uid is not None and t.uid is not None and uid != t.uid:
@@ -171,27 +198,74 @@ class UnitSignalModel:
             t = None
         first_sight = t is None
         if t is None:
+            key = (intern(ns), name)  # 100k objects share a few namespaces
             t = self.objects[key] = _Tracked(uid)
-        labels = meta.get("labels") or {}
-        workload = workload_of(meta, key[0])
-        spec = obj.get("spec")
-        spec = spec if type(spec) is dict else {}
+        labels = meta.get("labels")
+        if type(labels) is dict:
+            workload = labels.get(WORKLOAD_LABEL)
+            allowed = self._allowlisted(labels) if self.allowlist else ()
+        else:
+            workload, allowed = None, ()
+        workload = intern(workload) if type(workload) is str and workload else key[0]
         status = obj.get("status")
-        status = status if type(status) is dict else None
+        if type(status) is dict:
+            skey = tuple(map(status.get, STATUS_FIELDS))
+            same_status = skey == t.status_key and status.keys() <= _STATUS_SET
+        else:
+            status = skey = None
+            same_status = t.status_key is None
+        old = t.state
+        # The API server bumps metadata.generation on every spec change (status is a
+        # subresource), so while it stays the same the spec is the one already read: most
+        # watch events are the agent's status writes.
+        mgen = meta.get("generation")
+        if old is None or mgen is None or mgen != t.spec_mgen:
+            self._spec(t, key, meta, obj.get("spec"), workload, first_sight, now)
+        elif workload == old.workload and allowed == old.labels:
+            if same_status:
+                return key  # nothing this exporter reads has changed (a resync, a relist)
+            prev = t.status_key
+            if self.status_fast_path and prev is not None and _measured(skey) == _measured(prev):
+                self._status_only(key, t, old, status, skey, workload)  # type: ignore[arg-type]
+                return key
+        if not same_status:
+            self._validate_status(t, status, skey, workload)
+        if skey is None:
+            observed = agent = ready_at = accepting = activity = ack = seq = None
+        else:
+            observed, agent, ready_at, accepting, activity, _, _, ack, seq = skey
+            observed = observed if type(observed) is int else None
+            seq = seq if type(seq) is int else None
 
-        self._validate(t, meta, obj.get("spec"), status, workload)
+        # conformance
+        generation = t.gen
+        ahead = False
+        if observed is not None:
+            if t.observed is not None and observed < t.observed:
+                self.obs.violation(workload, "observed_generation_regressed")
+            ahead = generation is not None and observed > generation
+        if ahead != t.ahead:
+            if ahead:  # counted when it starts, not on every write while it lasts
+                self.obs.violation(workload, "observed_generation_ahead")
+            t.ahead = ahead
+        if seq is not None:
+            if t.seq is not None and seq < t.seq:
+                self.obs.violation(workload, "agent_restart")
+            t.seq = seq
 
-        generation = _int(spec.get("generation"))
-        observed = _int(status.get("observedGeneration")) if status else None
-        seq = _int(status.get("seq")) if status else None
-        self._conformance(t, workload, generation, observed, seq)
-        self._generations(t, meta, workload, generation, observed, first_sight, now)
-        ready = self._readiness(t, meta, status, workload)
-        alloc_id, alloc_pending = self._allocation(t, meta, spec, status, workload,
-                                                  first_sight, now)
+        if t.pending or (generation is not None and generation > (observed or 0)):
+            self._generations(t, meta, workload, generation, observed, first_sight, now)
+        elif observed is not None:
+            t.observed = observed
+        if not ready_at:
+            ready = False
+        else:
+            ready = t.ready_seen or self._readiness(t, meta, ready_at, workload)
+        alloc_id = t.alloc_id
+        if ack is not None:
+            self._ack(t, ack, workload, first_sight, now)
 
-        draining = spec.get("draining")
-        draining = draining if type(draining) is str and draining in DRAIN_REASONS else "none"
+        draining = t.draining
         if draining != "none":
             phase = "draining"
         elif alloc_id is not None:
@@ -200,41 +274,39 @@ class UnitSignalModel:
             phase = "ready"
         else:
             phase = "starting"
-        old = t.state
         if old is not None and old.phase == phase:
             since = old.phase_since
         elif first_sight:
-            since = _phase_start(phase, meta, spec, status) or now
+            spec = obj.get("spec")
+            since = _phase_start(phase, meta, spec if type(spec) is dict else {}, status) or now
             since = min(since, now)
         else:
             since = now
 
-        eff_observed = observed if observed is not None else 0
-        lag = max(0, generation - eff_observed) if generation is not None else 0
-        activity = status.get("activity") if status else None
-        state = SignalState(
+        lag = max(0, generation - (observed or 0)) if generation is not None else 0
+        state = _new_state(SignalState, (
             workload,
-            _str(spec.get("unitId")),
-            _str(spec.get("key")),
-            _str(status.get("agentVersion")) if status else "",
-            self._allowlisted(labels) if self.allowlist else (),
+            t.unit_id,
+            t.ukey,
+            intern(agent) if type(agent) is str else "",
+            allowed,
             lag,
-            min(t.pending.values()) if t.pending and lag > 0 else None,
+            min(t.pending.values()) if lag > 0 and t.pending else None,
             1 if ready else 0,
-            1 if status and status.get("accepting") is True else 0,
-            activity if activity in ("idle", "busy") else "none",
+            1 if accepting is True else 0,
+            activity if activity == "idle" or activity == "busy" else "none",
             draining,
-            alloc_pending,
+            1 if alloc_id is not None and ack != alloc_id else 0,
             seq or 0,
             t.spec_valid,
             t.status_valid,
             1 if lag > 0 and not t.spec_valid else 0,
             phase,
             since,
-        )
+        ))
         if state != old:
-            if old is None or (old.workload, old.phase, old.phase_since) != (
-                    workload, phase, since):
+            if old is None or old.phase != phase or old.phase_since != since or (
+                    old.workload != workload):
                 self._index(key, old, state)
             t.state = state
             self.obs.state(key, old, state)
@@ -242,41 +314,74 @@ class UnitSignalModel:
 
     # -- pieces of an upsert -----------------------------------------------------------------
 
-    def _validate(self, t: _Tracked, meta: dict[str, Any], spec: Any,
-                  status: dict[str, Any] | None, workload: str) -> None:
-        # The API server bumps metadata.generation on every spec change (status is a
-        # subresource), so an unchanged metadata.generation means an unchanged spec.
-        mgen = meta.get("generation")
-        if mgen is None or mgen != t.spec_mgen or t.state is None:
-            valid = 1 if is_valid_unit_signal_spec(spec) else 0
-            if not valid:
-                self.obs.violation(workload, "spec_schema")
-            t.spec_valid, t.spec_mgen = valid, mgen
+    def _status_only(self, key: Key, t: _Tracked, old: SignalState, status: dict[str, Any],
+                     skey: tuple[Any, ...], workload: str) -> None:
+        """A status write that moved none of observedGeneration, signalledReady and
+        allocationAck, under an unchanged spec and labels: the agent's routine writes (seq,
+        accepting, activity). Nothing is measured and the phase stays, so only the status's own
+        fields of the state change; the same result as the full path (a test compares them)."""
+        self._validate_status(t, status, skey, workload)
+        _, agent, _, accepting, activity, _, _, _, seq = skey
+        seq = seq if type(seq) is int else None
+        if seq is not None:
+            if t.seq is not None and seq < t.seq:
+                self.obs.violation(workload, "agent_restart")
+            t.seq = seq
+        fields = list(old)
+        fields[_AGENT] = intern(agent) if type(agent) is str else ""
+        fields[_ACCEPTING] = 1 if accepting is True else 0
+        fields[_ACTIVITY] = activity if activity == "idle" or activity == "busy" else "none"
+        fields[_SEQ] = seq or 0
+        fields[_STATUS_VALID] = t.status_valid
+        state = _new_state(SignalState, fields)
+        if state != old:
+            t.state = state
+            self.obs.state(key, old, state)
+
+    def _spec(self, t: _Tracked, key: Key, meta: dict[str, Any], spec: Any, workload: str,
+              first_sight: bool, now: float) -> None:
+        """Everything read from the spec, once per generation of it."""
+        valid = 1 if is_valid_unit_signal_spec(spec) else 0
+        if not valid:
+            self.obs.violation(workload, "spec_schema")
+        t.spec_valid, t.spec_mgen = valid, meta.get("generation")
+        spec = spec if type(spec) is dict else {}
+        t.gen = _int(spec.get("generation"))
+        t.unit_id = _str(spec.get("unitId"))
+        ukey = _str(spec.get("key"))
+        t.ukey = key[1] if ukey == key[1] else ukey  # nearly always the name: share it
+        draining = spec.get("draining")
+        t.draining = draining if type(draining) is str and draining in DRAIN_REASONS else "none"
+        alloc = spec.get("allocation")
+        alloc_id = alloc.get("id") if type(alloc) is dict else None
+        alloc_id = t.alloc_id = alloc_id if type(alloc_id) is str and alloc_id else None
+        allocs = t.allocs
+        if alloc_id is not None and (allocs is None or alloc_id not in allocs):
+            if allocs is None:
+                allocs = t.allocs = {}
+            start = _seconds(alloc.get("allocatedAt"))  # type: ignore[union-attr]
+            if start is None and not first_sight:
+                start = now
+            allocs[alloc_id] = [start, False]
+            if len(allocs) > ALLOCATION_MEMORY:
+                del allocs[next(iter(allocs))]
+
+    def _validate_status(self, t: _Tracked, status: dict[str, Any] | None,
+                         skey: tuple[Any, ...] | None, workload: str) -> None:
+        """Once per distinct status: `skey` is its fields' values in STATUS_FIELDS order."""
         if status is None:
             t.status_key, t.status_valid = None, 1
             return
-        skey = tuple(map(status.get, STATUS_FIELDS))
-        if skey != t.status_key or len(status) != len(STATUS_FIELDS):
-            if len(status) < len(STATUS_FIELDS):
-                # JSON merge patch deletes a key patched to null: the API server cannot keep
-                # the contract's "present and null", so an absent field counts as null.
-                status = {**dict.fromkeys(STATUS_FIELDS), **status}
-            valid = 1 if is_valid_unit_signal_status(status) else 0
-            if not valid:
-                self.obs.violation(workload, "status_schema")
-            t.status_key, t.status_valid = skey, valid
-
-    def _conformance(self, t: _Tracked, workload: str, generation: int | None,
-                     observed: int | None, seq: int | None) -> None:
-        if observed is not None and t.observed is not None and observed < t.observed:
-            self.obs.violation(workload, "observed_generation_regressed")
-        ahead = observed is not None and generation is not None and observed > generation
-        if ahead and not t.ahead:  # counted when it starts, not on every write while it lasts
-            self.obs.violation(workload, "observed_generation_ahead")
-        t.ahead = ahead
-        if seq is not None and t.seq is not None and seq < t.seq:
-            self.obs.violation(workload, "agent_restart")
-        t.seq = seq if seq is not None else t.seq
+        if len(status) < len(STATUS_FIELDS):
+            # JSON merge patch deletes a key patched to null: the API server cannot keep the
+            # contract's "present and null", so an absent field counts as null.
+            full = _NULLS.copy()
+            full.update(status)
+            status = full
+        valid = 1 if is_valid_unit_signal_status(status) else 0
+        if not valid:
+            self.obs.violation(workload, "status_schema")
+        t.status_key, t.status_valid = skey, valid
 
     def _generations(self, t: _Tracked, meta: dict[str, Any], workload: str,
                      generation: int | None, observed: int | None, first_sight: bool,
@@ -306,13 +411,9 @@ class UnitSignalModel:
             for g in [g for g in pending if g > generation]:
                 del pending[g]  # the spec went back: that generation will not come
 
-    def _readiness(self, t: _Tracked, meta: dict[str, Any], status: dict[str, Any] | None,
+    def _readiness(self, t: _Tracked, meta: dict[str, Any], ready: Any,
                    workload: str) -> bool:
-        ready = status.get("signalledReady") if status else None
-        if not ready:
-            return False
-        if t.ready_seen:
-            return True  # measured once: no need to parse it again on every status write
+        """The first status with `signalledReady`: measured once, from the object's clocks."""
         ready_at = _ns(ready)
         if ready_at is None:
             return True
@@ -325,41 +426,26 @@ class UnitSignalModel:
                 self.obs.ready(workload, (ready_at - created) / 1e9)
         return True
 
-    def _allocation(self, t: _Tracked, meta: dict[str, Any], spec: dict[str, Any],
-                    status: dict[str, Any] | None, workload: str, first_sight: bool,
-                    now: float) -> tuple[str | None, int]:
-        alloc = spec.get("allocation")
-        alloc_id = alloc.get("id") if type(alloc) is dict else None
-        alloc_id = alloc_id if type(alloc_id) is str and alloc_id else None
-        ack = status.get("allocationAck") if status else None
+    def _ack(self, t: _Tracked, ack: Any, workload: str, first_sight: bool,
+             now: float) -> None:
+        if type(ack) is not str or not ack:
+            return
         allocs = t.allocs
-        if alloc_id is not None and (allocs is None or alloc_id not in allocs):
-            if allocs is None:
-                allocs = t.allocs = {}
-            start = _seconds(alloc.get("allocatedAt"))  # type: ignore[union-attr]
-            if start is None and not first_sight:
-                start = now
-            allocs[alloc_id] = [start, False]
-            if len(allocs) > ALLOCATION_MEMORY:
-                del allocs[next(iter(allocs))]
-        if type(ack) is str and ack:
-            entry = allocs.get(ack) if allocs else None
-            if entry is None:
-                if t.bad_acks is None:
-                    t.bad_acks = set()
-                if ack not in t.bad_acks:
-                    t.bad_acks.add(ack)
-                    self.obs.violation(workload, "unknown_allocation_ack")
-            elif not entry[1]:
-                entry[1] = True
-                start = entry[0]
-                if start is not None and not first_sight:
-                    if now < start:
-                        self.obs.skew(workload, "allocation_ack")
-                    else:
-                        self.obs.allocation_ack(workload, now - start)
-        pending = 1 if alloc_id is not None and ack != alloc_id else 0
-        return alloc_id, pending
+        entry = allocs.get(ack) if allocs else None
+        if entry is None:
+            if t.bad_acks is None:
+                t.bad_acks = set()
+            if ack not in t.bad_acks:
+                t.bad_acks.add(ack)
+                self.obs.violation(workload, "unknown_allocation_ack")
+        elif not entry[1]:
+            entry[1] = True
+            start = entry[0]
+            if start is not None and not first_sight:
+                if now < start:
+                    self.obs.skew(workload, "allocation_ack")
+                else:
+                    self.obs.allocation_ack(workload, now - start)
 
     def _allowlisted(self, labels: Any) -> tuple[tuple[str, str], ...]:
         if type(labels) is not dict:
@@ -368,7 +454,7 @@ class UnitSignalModel:
         for name in self.allowlist:
             v = labels.get(name)
             if type(v) is str:
-                out.append((name, v))
+                out.append((name, intern(v)))
         return tuple(out)
 
     # -- bookkeeping ------------------------------------------------------------------------
