@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from exporter.catalog import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.series import Series
 
 ALL_NAMESPACES = "*"
 
@@ -27,6 +28,8 @@ class KubeMetrics:
         self._synced = registry["zaroz_kube_synced"]
         self._events = registry["zaroz_kube_watch_events_total"]
         self._last_event = registry["zaroz_kube_last_watch_event_timestamp_seconds"]
+        # (scope, event type) -> its two series: one lookup per watch event, not two label sets
+        self._on_event: dict[tuple[str, str], tuple[Series, Series]] = {}
 
     def start(self, scope: str) -> None:
         """A reflector starts: its series exist (at 0) before its first answer."""
@@ -51,12 +54,19 @@ class KubeMetrics:
         self._synced.labels(scope).set(1 if value else 0)
 
     def event(self, scope: str, type_: str, unix_time: float) -> None:
-        t = type_ if type_ in KUBE_WATCH_EVENT_TYPES else "unknown"
-        self._events.labels(scope, t).inc()
-        self._last_event.labels(scope).set(unix_time)
+        series = self._on_event.get((scope, type_))
+        if series is None:
+            t = type_ if type_ in KUBE_WATCH_EVENT_TYPES else "unknown"
+            series = (self._events.labels(scope, t), self._last_event.labels(scope))
+            if t != "unknown":  # only bounded keys are kept
+                self._on_event[(scope, type_)] = series
+        series[0].inc()
+        series[1].set(unix_time)
 
     def forget(self, scope: str) -> None:
         """A reflector stopped for good: drop its series so they do not go stale."""
+        for key in [k for k in self._on_event if k[0] == scope]:
+            del self._on_event[key]
         for fam in (self._objects, self._synced, self._last_event):
             fam.remove(scope)
         for fam in (self._requests, self._failures, self._relists, self._events):

@@ -292,23 +292,25 @@ class Reflector:
             self._expired_streak = 0
             self.backoff.reset()
             self._complaints.recovered(resource_version=self.resource_version)
-        if type_ == "ADDED" or type_ == "MODIFIED":
+        keys = self.keys
+        n = len(keys)
+        if type_ == "MODIFIED" or type_ == "ADDED":
             key = object_key(obj)
             if key is not None:
-                self.keys.add(key)
+                keys.add(key)
             self._deliver("upsert", obj, now)
         elif type_ == "DELETED":
             key = object_key(obj)
             if key is not None:
-                self.keys.discard(key)
+                keys.discard(key)
             self._deliver("delete", obj, now)
         elif type_ != "BOOKMARK":
             return  # a type this reflector does not know: its version is not trusted either
         rv = resource_version(obj)
         if rv is not None:
             self.resource_version = rv
-        if type_ != "BOOKMARK":
-            self.metrics.objects(self.scope, len(self.keys))
+        if len(keys) != n:
+            self.metrics.objects(self.scope, len(keys))
 
     def _deliver(self, call: str, arg: Any, now: float) -> None:
         """A handler bug must not stall the reflector (the same event would fail forever)."""
