@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from exporter.sim.kube import KubeEmulator, KubeError, decode_continue
+from exporter.sim.kube import KubeEmulator, KubeError, decode_continue, encode_continue
 from exporter.sim.kube_select import SelectorError, merge_patch, parse_label_selector
 
 API = "/apis/units.zaroz.cloud/v1"
@@ -310,6 +310,49 @@ async def test_list_resource_version_semantics(kube: tuple[KubeEmulator, Client]
     ):
         status, body, _ = await client.get(ALL, **params)
         assert status == 400 and body["reason"] == "BadRequest", params
+
+
+async def test_bodies_are_the_objects_as_written_at_that_version(
+    kube: tuple[KubeEmulator, Client],
+) -> None:
+    """LIST and GET bodies are joined from bytes cached at each write: they must equal a fresh
+    dump of the objects, current ones or (from a snapshot) as they were, after every kind of
+    write; a namespace page must stop at its last key ("a0/..." sorts right after "a/...")."""
+    emu, client = kube
+    for ns in ("a", "a0", "ab"):
+        for i in range(3):
+            emu.create(ns, f"u{i}", spec(i), labels={"team": "x"}, status={"seq": i})
+    old_rv = emu.resource_version
+    old = {k: orjson.loads(orjson.dumps(o)) for k, o in emu.store.items()}
+    emu.update_spec("a", "u0", spec(0, generation=2))
+    emu.patch_status("a", "u1", {"seq": 7})
+    emu.set_labels("a", "u2", None)
+    emu.delete("a0", "u0")
+    emu.create("a", "u3", spec(3))
+
+    async def raw(path: str, **params: Any) -> bytes:
+        query = {k: str(v) for k, v in params.items()}
+        async with client.session.get(client.base + path, params=query, headers=AUTH) as r:
+            assert r.status == 200
+            return await r.read()
+
+    def body(rv: int, objs: list[dict[str, Any]], **meta: Any) -> bytes:
+        meta = {"resourceVersion": str(rv), **meta}
+        kind = "UnitSignalList"
+        return orjson.dumps({"apiVersion": "units.zaroz.cloud/v1", "kind": kind, "metadata": meta,
+                             "items": objs})  # fmt: skip
+
+    now = [o for _, o in emu.store.items()]
+    assert await raw(ALL) == body(emu.resource_version, now)
+    assert await raw(f"{API}/namespaces/a/unitsignals/u0") == orjson.dumps(now[0])
+    in_a = [o for k, o in sorted(old.items()) if k.startswith("a/")]
+    exact = {"resourceVersion": old_rv, "resourceVersionMatch": "Exact"}
+    assert await raw(f"{API}/namespaces/a/unitsignals", **exact) == body(old_rv, in_a)
+    token = encode_continue(old_rv, "u1\x00")
+    page = await raw(f"{API}/namespaces/a/unitsignals", limit=2, resourceVersion=old_rv)
+    assert page == body(old_rv, in_a[:2], **{"continue": token, "remainingItemCount": 1})
+    rest = await raw(f"{API}/namespaces/a/unitsignals", limit=2, **{"continue": token})
+    assert rest == body(old_rv, in_a[2:])
 
 
 SELECTOR_LABELS = {

@@ -14,6 +14,7 @@ import binascii
 import random
 import re
 import time
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -237,9 +238,9 @@ class KubeEmulator:
                 await asyncio.sleep(fault.delay_s)
             if kind == "get":
                 assert ns is not None and name is not None
-                body = orjson.dumps(self.store.get(ns, name))
+                body = self.store.get_raw(ns, name)
             else:
-                body = orjson.dumps(await self._list(request.query, ns, fault))
+                body = await self._list(request.query, ns, fault)
             return await self._send_body(request, body, fault)
         except KubeError as err:
             return _json(err.code, err.status())
@@ -291,7 +292,10 @@ class KubeEmulator:
                 raise KubeError(504, "Timeout", message, details)
             await asyncio.sleep(0.02)
 
-    async def _list(self, query: Mapping[str, str], ns: str | None, fault: KubeFault | None) -> Obj:
+    async def _list(
+        self, query: Mapping[str, str], ns: str | None, fault: KubeFault | None
+    ) -> bytes:
+        """The UnitSignalList body: the page's cached object bytes joined into `items`."""
         try:
             labels = parse_label_selector(query.get("labelSelector"))
             fields = parse_field_selector(query.get("fieldSelector"))
@@ -320,9 +324,9 @@ class KubeEmulator:
                 err = KubeError(410, "Expired", _CONTINUE_EXPIRED)
                 fresh = encode_continue(self.store.rv, start)  # an inconsistent continuation
                 raise _StatusBody(410, err.status() | {"metadata": {"continue": fresh}})
-            state = self.store.snapshot(snap_rv)
+            view = self.store.snapshot(snap_rv)
         elif rv_text in ("", "0"):
-            snap_rv, state = self.store.rv, self.store.objects
+            view = self.store.current()
             if rv_text == "0" and self.rv0_ignores_limit:
                 limit = 0  # served from the watch cache, which ignores limit
         else:
@@ -334,22 +338,26 @@ class KubeEmulator:
                     raise KubeError(
                         410, "Expired", "The resourceVersion for the provided list is too old."
                     )
-                snap_rv, state = rv, self.store.snapshot(rv)
+                view = self.store.snapshot(rv)
             else:
-                snap_rv, state = self.store.rv, self.store.objects
-        keys = sorted(k for k in state if k.startswith(prefix) and k[len(prefix) :] >= start)
-        items: list[Obj] = []
-        meta: Obj = {"resourceVersion": str(snap_rv)}
-        for i, key in enumerate(keys):
-            obj = state[key]
+                view = self.store.current()
+        keys = view.keys
+        first = bisect_left(keys, prefix + start)
+        end = len(keys) if ns is None else bisect_left(keys, f"{ns}0")  # "0" sorts after "/"
+        items: list[bytes] = []
+        meta: Obj = {"resourceVersion": str(view.rv)}
+        for i in range(first, end):
+            key = keys[i]
+            obj = view.objects[key]
             if labels(obj["metadata"].get("labels", {})) and fields(obj):
-                items.append(obj)
-            if limit and len(items) == limit and i + 1 < len(keys):
-                meta["continue"] = encode_continue(snap_rv, key[len(prefix) :] + "\x00")
+                items.append(view.raw[key])
+            if limit and len(items) == limit and i + 1 < end:
+                meta["continue"] = encode_continue(view.rv, key[len(prefix) :] + "\x00")
                 if query.get("labelSelector", "") == query.get("fieldSelector", "") == "":
-                    meta["remainingItemCount"] = len(keys) - i - 1
+                    meta["remainingItemCount"] = end - i - 1
                 break
-        return {"apiVersion": API_VERSION, "kind": f"{KIND}List", "metadata": meta, "items": items}
+        head = orjson.dumps({"apiVersion": API_VERSION, "kind": f"{KIND}List", "metadata": meta})
+        return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
     async def _watch(
         self, request: web.Request, ns: str | None, name: str | None, fault: KubeFault | None

@@ -4,6 +4,10 @@ One global, strictly increasing revision; every real write takes the next one an
 in a bounded history. The history serves both watches resuming from an older revision and
 consistent paginated lists (the state at revision R is the current state with the later events
 undone), so both expire together when R falls out of the window, as with etcd compaction.
+
+Every stored version is serialised once, when it is written, and reads are served from those
+bytes: kube-apiserver does the same (its watch cache keeps each object's encoding), so a LIST
+page is a join of cached bytes and a watch event a line around them, not a dump of dicts.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections import deque
+from collections import ChainMap, deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -68,10 +72,29 @@ class Event:
     key: str  # "namespace/name", the etcd key order lists use
     obj: Obj
     prev: Obj | None  # the object before (None for ADDED)
+    raw: bytes  # `obj` serialised
+    prev_raw: bytes | None  # `prev` serialised
+
+
+@dataclass(frozen=True)
+class View:
+    """The objects at revision `rv`: their keys in order, and each one as a dict and as bytes.
+    Read it without awaiting in between: the current view shares the store's live maps."""
+
+    rv: int
+    keys: list[str]
+    objects: Mapping[str, Obj]
+    raw: Mapping[str, bytes]
 
 
 def _copy(value: Any) -> Any:
     return orjson.loads(orjson.dumps(value))
+
+
+def _encode(obj: Obj) -> bytes:
+    """orjson.dumps, copied to a bytes of its own length: orjson (3.8) hands back its whole write
+    buffer, 4 KiB for a 1.9 KB object, too much to keep for every object."""
+    return bytes(memoryview(orjson.dumps(obj)))
 
 
 def _fields(value: Any) -> Obj:
@@ -105,7 +128,9 @@ class ObjectStore:
         self.spec_manager, self.status_manager = spec_manager, status_manager
         self.rv = start_rv
         self.floor = start_rv  # oldest rv a watch or a list snapshot can start from
-        self.objects: dict[str, Obj] = {}
+        self.objects: dict[str, Obj] = {}  # never mutated once written (`raw` must stay true)
+        self.raw: dict[str, bytes] = {}  # each object's JSON, serialised by its write
+        self._keys: list[str] | None = []  # sorted(objects); None: stale (a create or delete)
         self.history: deque[Event] = deque(maxlen=history)
         self.listeners: set[Callable[[Event], None]] = set()
         self._rng = random.Random(seed)
@@ -149,8 +174,8 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         spec = _copy(dict(spec))
         if spec == prev["spec"]:
-            return _copy(prev)
-        obj = _copy(prev)
+            return orjson.loads(self.raw[key])
+        obj = orjson.loads(self.raw[key])
         obj["spec"] = spec
         obj["metadata"]["generation"] += 1
         self._own(obj, manager or self.spec_manager, None, rfc3339_s(self.clock()))
@@ -168,8 +193,8 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         status = merge_patch(prev.get("status"), _copy(dict(merge_patch_body)))
         if status == prev.get("status"):
-            return _copy(prev)
-        obj = _copy(prev)
+            return orjson.loads(self.raw[key])
+        obj = orjson.loads(self.raw[key])
         obj["status"] = status
         self._own(obj, manager or self.status_manager, "status", rfc3339_s(self.clock()))
         return self._write(key, "MODIFIED", obj, prev)
@@ -186,8 +211,8 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         new = dict(labels or {})
         if new == prev["metadata"].get("labels", {}):
-            return _copy(prev)
-        obj = _copy(prev)
+            return orjson.loads(self.raw[key])
+        obj = orjson.loads(self.raw[key])
         meta = obj["metadata"]
         meta.pop("labels", None)
         if new:
@@ -200,7 +225,7 @@ class ObjectStore:
     def delete(self, namespace: str, name: str) -> Obj:
         """DELETE without finalizers: gone at once; the event carries the last state."""
         key, prev = self._existing(namespace, name)
-        return self._write(key, "DELETED", _copy(prev), prev)
+        return self._write(key, "DELETED", orjson.loads(self.raw[key]), prev)
 
     def compact(self) -> None:
         """Forget the history: resuming watches and old continue tokens now get 410."""
@@ -210,7 +235,10 @@ class ObjectStore:
     # -- reads -----------------------------------------------------------------------------------
 
     def get(self, namespace: str, name: str) -> Obj:
-        return _copy(self._existing(namespace, name)[1])
+        return orjson.loads(self.get_raw(namespace, name))
+
+    def get_raw(self, namespace: str, name: str) -> bytes:
+        return self.raw[self._existing(namespace, name)[0]]
 
     def events_since(self, rv: int) -> list[Event]:
         """Every event after `rv`; 410 Expired when some of them are no longer retained."""
@@ -224,18 +252,30 @@ class ObjectStore:
         out.reverse()
         return out
 
-    def snapshot(self, rv: int) -> dict[str, Obj]:
+    def current(self) -> View:
+        if self._keys is None:
+            self._keys = sorted(self.objects)
+        return View(self.rv, self._keys, self.objects, self.raw)
+
+    def snapshot(self, rv: int) -> View:
         """The objects as of revision `rv` (the current ones with later events undone)."""
-        state = dict(self.objects)
+        undone: dict[str, Event] = {}  # key -> its first event after rv
         for event in reversed(self.events_since(rv)):
-            if event.prev is None:
-                del state[event.key]
-            else:
-                state[event.key] = event.prev
-        return state
+            undone[event.key] = event
+        objects: dict[str, Obj] = {}
+        raw: dict[str, bytes] = {}
+        for key, event in undone.items():
+            if event.prev is not None and event.prev_raw is not None:
+                objects[key], raw[key] = event.prev, event.prev_raw
+        keys = self.current().keys
+        if any(event.type != "MODIFIED" for event in undone.values()):  # created or deleted
+            keys = sorted((self.objects.keys() - undone.keys()) | objects.keys())
+        if not objects:  # only creations since rv: the live maps hold every listed object
+            return View(rv, keys, self.objects, self.raw)
+        return View(rv, keys, ChainMap(objects, self.objects), ChainMap(raw, self.raw))
 
     def items(self) -> Iterator[tuple[str, Obj]]:
-        return iter(sorted(self.objects.items()))
+        return iter([(key, self.objects[key]) for key in self.current().keys])
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -270,16 +310,21 @@ class ObjectStore:
         entries.append(entry)
 
     def _write(self, key: str, type_: str, obj: Obj, prev: Obj | None) -> Obj:
+        """Store `obj` (which no one may mutate afterwards) and serialise it, once."""
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        raw = _encode(obj)
+        prev_raw = None if prev is None else self.raw[key]
         if type_ == "DELETED":
-            del self.objects[key]
+            del self.objects[key], self.raw[key]
         else:
-            self.objects[key] = obj
+            self.objects[key], self.raw[key] = obj, raw
+        if type_ != "MODIFIED":
+            self._keys = None
         if len(self.history) == self.history.maxlen:
             self.floor = max(self.floor, self.history[0].rv)
-        event = Event(self.rv, type_, key, obj, prev)
+        event = Event(self.rv, type_, key, obj, prev, raw, prev_raw)
         self.history.append(event)
         for listener in list(self.listeners):
             listener(event)
-        return _copy(obj)
+        return orjson.loads(raw)

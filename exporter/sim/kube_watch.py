@@ -66,8 +66,10 @@ class _Stream:
         self.request, self.response, self.fault = request, response, fault
         self.events = 0  # non-bookmark events written
 
-    async def send(self, type_: str, obj: Obj) -> None:
-        line = orjson.dumps({"type": type_, "object": obj}) + b"\n"
+    async def send(self, type_: str, obj: Obj | bytes) -> None:
+        """One event line; `obj` may be already serialised (the store's cached bytes)."""
+        raw = obj if isinstance(obj, bytes) else orjson.dumps(obj)
+        line = b'{"type":"' + type_.encode() + b'","object":' + raw + b"}\n"
         fault = self.fault
         kind = fault.kind if fault is not None else None
         counted = type_ != "BOOKMARK"
@@ -104,20 +106,20 @@ def _bookmark(rv: int) -> Obj:
 
 def _projector(
     matches: Callable[[Obj], bool],
-) -> Callable[[Event], tuple[str, Obj] | None]:
+) -> Callable[[Event], tuple[str, Obj | bytes] | None]:
     """How the watch cache shows one event to a filtered watcher (None: not at all)."""
 
-    def project(event: Event) -> tuple[str, Obj] | None:
+    def project(event: Event) -> tuple[str, Obj | bytes] | None:
         now = matches(event.obj)
         before = event.prev is not None and matches(event.prev)
         if event.type == "ADDED":
-            return ("ADDED", event.obj) if now else None
+            return ("ADDED", event.raw) if now else None
         if event.type == "DELETED":
-            return ("DELETED", event.obj) if now else None
+            return ("DELETED", event.raw) if now else None
         if now and before:
-            return "MODIFIED", event.obj
+            return "MODIFIED", event.raw
         if now:
-            return "ADDED", event.obj
+            return "ADDED", event.raw
         if before:
             assert event.prev is not None
             gone = event.prev | {"metadata": event.prev["metadata"] | {
@@ -164,13 +166,14 @@ async def serve_watch(
 
     # Register and read the starting point with no await in between: no gap, no duplicate.
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
-    initial: list[tuple[int, tuple[str, Obj] | None]] = []
+    initial: list[tuple[int, tuple[str, Obj | bytes] | None]] = []
     seen = store.rv
     if error is None:
         store.listeners.add(queue.put_nowait)
         emu.watches.add(queue)
         if since is None:
-            initial = [(store.rv, ("ADDED", obj)) for _, obj in store.items() if matches(obj)]
+            initial = [(store.rv, ("ADDED", store.raw[key])) for key, obj in store.items()
+                       if matches(obj)]  # fmt: skip
         else:
             initial = [(ev.rv, project(ev)) for ev in store.events_since(since)]
             seen = since
