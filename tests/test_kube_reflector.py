@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -347,3 +348,45 @@ async def test_unauthorized_is_retried_slowly(emu, session, tmp_path):
         await until(lambda: r.synced)
     finally:
         await r.stop()
+
+
+
+async def test_collector_paused_while_a_list_is_fetched_and_applied_only(emu):
+    """The cyclic GC is off while a LIST is fetched and applied (its requests included) and on
+    again when it ends, pauses before a retry, or is stopped half-way."""
+    populate(emu, 25)
+    assert gc.isenabled()
+    at_request: list[bool] = []  # gc state as each LIST request goes out
+
+    async def on_start(_s: Any, _c: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        if "watch" not in params.url.query:
+            at_request.append(gc.isenabled())
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_start)
+    emu.faults.status(500, on="list")  # the first page fails: a pause before the retry
+    async with aiohttp.ClientSession(trace_configs=[trace]) as session:
+        r, sleeps = reflector(emu, session, Store(), watch_timeout=1)
+        at_sleep: list[bool] = []
+
+        async def sleep(delay: float) -> None:
+            at_sleep.append(gc.isenabled())
+            await sleeps(delay)
+
+        r.sleep = sleep
+        await synced(r)
+        await r.stop()
+        assert at_request == [False] * 4  # the failed page, then the three of the list
+        assert at_sleep[0] is True  # not paused while waiting to retry
+        assert gc.isenabled()
+
+        # stopped while waiting for its second page: the collector runs again
+        emu.faults.slow(0, on="list")  # the first page at once,
+        emu.faults.slow(30, on="list")  # the second one never in time
+        n = emu.count("list")
+        r, _ = reflector(emu, session, Store())
+        r.start()
+        await until(lambda: emu.count("list") == n + 2)
+        assert not gc.isenabled()
+        await r.stop()
+        assert gc.isenabled()

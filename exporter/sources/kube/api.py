@@ -48,17 +48,35 @@ class ListPage:
     result: str = "200"
 
 
+class _GcHold:
+    """The cyclic collector paused while anybody holds it: reflectors list concurrently."""
+
+    holders = 0
+    was_enabled = False
+
+
+def gc_hold() -> None:
+    """Decoded API objects are millions of containers that all survive: collecting while a
+    LIST is applied only walks them again and again (measured: ~4 s of a 100k-object sync)."""
+    if _GcHold.holders == 0:
+        _GcHold.was_enabled = gc.isenabled()
+        gc.disable()
+    _GcHold.holders += 1
+
+
+def gc_release() -> None:
+    _GcHold.holders -= 1
+    if _GcHold.holders == 0 and _GcHold.was_enabled:
+        gc.enable()
+
+
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Decoded API objects are millions of containers that all survive: collecting while they
-    are made only walks them again and again (measured: 3.8 s of a 100k-object sync)."""
-    was = gc.isenabled()
-    gc.disable()
+    gc_hold()
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        gc_release()
 
 
 class KubeError(Exception):

@@ -145,9 +145,13 @@ class Reflector:
 
     async def step(self) -> float:
         """One LIST page or one watch; returns the pause before the next step."""
-        if self.resource_version is None:
+        if self.resource_version is not None:
+            return await self.watch_once()
+        # The collector stays paused while a page is fetched and applied: a collection there
+        # would walk every object applied so far, again and again (the pause before a retry
+        # is outside, in run()).
+        with gc_paused():
             return await self.list_page()
-        return await self.watch_once()
 
     # -- LIST --------------------------------------------------------------------------------
 
