@@ -17,7 +17,7 @@ from exporter.sinks.metrics.kube import KubeMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
-from exporter.sources.kube.handler import Store
+from exporter.sources.kube.handler import Key, Store, object_key
 from exporter.sources.kube.reflector import KubeSource, Reflector
 
 WL = "units.zaroz.cloud/workload"
@@ -390,3 +390,61 @@ async def test_collector_paused_while_a_list_is_fetched_and_applied_only(emu):
         assert not gc.isenabled()
         await r.stop()
         assert gc.isenabled()
+
+
+class PagedStore(Store):
+    """A handler that takes a LIST page by page (as the UnitSignal model does)."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.listing: dict[Key, dict[str, Any]] = {}
+
+    def list_page(self, objects: list[dict[str, Any]], now: float) -> None:
+        self.log.append(f"apply {len(objects)}")
+        for obj in objects:
+            key = object_key(obj)
+            if key is not None:
+                self.listing[key] = obj
+
+    def list_done(self, listed: set[Key], now: float) -> None:
+        self.objects = {k: o for k, o in self.listing.items() if k in listed}
+        self.listing = {}
+
+
+async def test_next_list_page_is_asked_for_before_this_one_is_applied(emu):
+    populate(emu, 25)
+    log: list[str] = []
+
+    async def on_start(_s: Any, _c: Any, params: aiohttp.TraceRequestStartParams) -> None:
+        if "watch" not in params.url.query:
+            log.append("request" + (" continue" if "continue" in params.url.query else ""))
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(on_start)
+    async with aiohttp.ClientSession(trace_configs=[trace]) as session:
+        store = PagedStore(log)
+        r, _ = reflector(emu, session, store, watch_timeout=1)
+        await synced(r)
+        await r.stop()
+    assert log == ["request", "request continue", "apply 10", "request continue", "apply 10",
+                   "apply 5"]
+    assert store.versions() == server_state(emu)
+    assert emu.count("list") == 3  # nothing asked twice
+
+
+async def test_a_page_asked_ahead_that_fails_is_retried_and_loses_nothing(emu, session):
+    populate(emu, 25)
+    emu.faults.slow(0, on="list")  # the first page as usual;
+    emu.faults.status(500, on="list")  # the second, asked ahead, fails
+    emu.faults.expire_continue()  # and its retry finds the snapshot gone: the list restarts
+    store = PagedStore([])
+    r, sleeps = reflector(emu, session, store, watch_timeout=1)
+    await synced(r)
+    try:
+        assert store.versions() == server_state(emu)
+        assert r.requests["list:500"] == 1 and r.requests["list:410"] == 1
+        assert r.relists == {"initial": 1}
+        assert len(sleeps.delays) == 1  # the pause after the 500
+    finally:
+        await r.stop()

@@ -35,6 +35,7 @@ from exporter.sources.kube.api import (
     Expired,
     KubeApi,
     KubeError,
+    ListPage,
     Rejected,
     RetryLater,
     Unauthorized,
@@ -46,6 +47,15 @@ from exporter.sources.tasks import cancel
 __all__ = ["KubeSource", "ObjectHandler", "Reflector", "Store"]
 
 log = logging.getLogger(__name__)
+
+_SLICE = 100  # list items applied between two yields to the event loop
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A page asked ahead and then not wanted (the list restarted, the reflector stopped):
+    its failure is nobody's, so it must not be reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 Sleep = Callable[[float], Awaitable[Any]]
 # Errors a person has to fix (RBAC, a token, a missing CRD): retried, but never fast.
@@ -111,6 +121,7 @@ class Reflector:
         self._list_rv: str | None = None
         self._continue: str | None = None
         self._expired_streak = 0
+        self._ahead: tuple[str, asyncio.Future[ListPage]] | None = None  # next page, asked for
         self._complaints = Complaints(log, "kubernetes API recovered", log_interval,
                                       scope=self.scope)
         self._task: asyncio.Task[None] | None = None
@@ -125,6 +136,7 @@ class Reflector:
     async def stop(self) -> None:
         task, self._task = self._task, None
         await cancel(task)
+        self._restart_list()
 
     async def run(self) -> None:
         self.metrics.start(self.scope)
@@ -168,9 +180,12 @@ class Reflector:
             log.log(logging.INFO if reason == "initial" else logging.WARNING, "listing", extra={
                 "scope": self.scope, "reason": reason})
         cont = self._continue
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] != cont:
+            ahead[1].cancel()
+            ahead = None
         try:
-            page = await self.api.list(self.namespace, limit=self.page_size,
-                                       continue_token=cont, label_selector=self.label_selector)
+            page = await (ahead[1] if ahead is not None else self._fetch(cont))
         except Expired as e:
             self._failed("list", e, request=True)
             self._restart_list()
@@ -188,14 +203,25 @@ class Reflector:
         self._count("list", page.result)
         if cont is None:
             self._list_rv = page.resource_version
+        self._continue = page.continue_token
+        if page.continue_token is not None:
+            # The next page is requested before this one is applied, so the API server
+            # serves it meanwhile (client-go's ListPager buffers pages the same way).
+            task = asyncio.ensure_future(self._fetch(page.continue_token))
+            task.add_done_callback(_retrieved)
+            self._ahead = (page.continue_token, task)
+            await asyncio.sleep(0)  # the request goes out now, not after the first slice
         if self._paged:
-            # Applied as it arrives and dropped: 100k objects are never all held decoded.
+            # Applied as it arrives and dropped: 100k objects are never all held decoded; in
+            # slices, so the request ahead goes out and other tasks run in between.
             self._listed.update(k for k in map(object_key, page.items) if k is not None)
-            with gc_paused():
-                self._deliver("list_page", page.items, self.clock())
+            items, now = page.items, self.clock()
+            for i in range(0, len(items), _SLICE):
+                with gc_paused():
+                    self._deliver("list_page", items[i:i + _SLICE], now)
+                await asyncio.sleep(0)
         else:
             self._pages.extend(page.items)
-        self._continue = page.continue_token
         if page.continue_token is not None:
             return 0.0
         items, rv = self._pages, self._list_rv or page.resource_version
@@ -211,7 +237,14 @@ class Reflector:
         gc.freeze()
         return 0.0
 
+    def _fetch(self, continue_token: str | None) -> Awaitable[ListPage]:
+        return self.api.list(self.namespace, limit=self.page_size,
+                             continue_token=continue_token, label_selector=self.label_selector)
+
     def _restart_list(self) -> None:
+        if self._ahead is not None:
+            self._ahead[1].cancel()
+            self._ahead = None
         self._pages = []
         self._listed = set()
         self._continue = None
