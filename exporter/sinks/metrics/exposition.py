@@ -61,12 +61,10 @@ def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
     """The exposition in pieces, one family at a time."""
     for fam in registry.families.values():
         yield header(fam.metric, openmetrics)
-        if isinstance(fam, Family):
-            body = fam.body(openmetrics)
-            if body:
-                yield body
-        else:  # per-object tables have no exemplars: the same lines in both formats
-            yield from fam.pieces()
+        # Per-object tables have no exemplars: the same lines in both formats.
+        body = fam.body(openmetrics) if isinstance(fam, Family) else fam.body()
+        if body:
+            yield body
     if openmetrics:
         yield b"# EOF\n"
 

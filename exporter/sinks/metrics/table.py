@@ -6,7 +6,7 @@ label block and the model's state snapshot, which the model keeps anyway) in a n
 slots are grouped in chunks of `CHUNK`. A change only marks its chunk dirty; the next scrape
 renders each dirty chunk once, every family at once, so many writes to an object between two
 scrapes cost one render, a watch event costs a set insertion, and memory holds the exposition
-once, as the chunks' bytes. A scrape writes the chunks joined in pieces of about a MB, not kept.
+once, as the chunks' bytes. Families are joined from the chunks at scrape time and not kept.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from exporter.catalog import Metric
 
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
-
-_PIECE = 512  # chunks per piece of a scrape: ~1 MB at 16 rows of ~140 B a line
 
 Row = tuple[str, Any]  # (label block `{a="x",b="y"}`, the state the columns read)
 
@@ -51,10 +49,7 @@ class TableFamily:
         return 0 if self.table is None else self.table.count(self.index)
 
     def body(self) -> bytes:
-        return b"".join(self.pieces())
-
-    def pieces(self) -> list[bytes]:
-        return [] if self.table is None else self.table.pieces(self.index)
+        return b"" if self.table is None else self.table.body(self.index)
 
 
 class RowTable:
@@ -117,15 +112,13 @@ class RowTable:
         self.refresh()
         return self.totals[index]
 
-    def pieces(self, index: int) -> list[bytes]:
-        """A column's exposition in pieces of about a MB: a scrape writes them as they are,
-        with no copy of the whole family."""
+    def body(self, index: int) -> bytes:
         self.refresh()
         col, parts = self.columns[index], self.parts[index]
         if col.live is not None:
             for c in self.live:
                 parts[c] = col.render(self._chunk(c)).encode()
-        return [b"".join(parts[i:i + _PIECE]) for i in range(0, len(parts), _PIECE)]
+        return b"".join(parts)
 
     def refresh(self) -> None:
         """Render every dirty chunk, all columns."""
