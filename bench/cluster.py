@@ -658,7 +658,7 @@ def child_ours_traced(pages_file: Path, limit: int) -> dict[str, Any]:
     gc.collect()
     held, peak = tracemalloc.get_traced_memory()
     snap = tracemalloc.take_snapshot()
-    body = b"".join(render(reg))
+    body_size = len(b"".join(render(reg)))  # the scrape's output is not held afterwards
     gc.collect()
     held_scraped = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -666,7 +666,7 @@ def child_ours_traced(pages_file: Path, limit: int) -> dict[str, Any]:
     by_file = [(s.traceback[0].filename.replace(root, ""), s.size)
                for s in snap.statistics("filename")[:5]]  # fmt: skip
     return {"held": held, "peak": peak, "held_scraped": held_scraped, "by_file": by_file,
-            "objects": len(model.objects), "body": len(body)}  # fmt: skip
+            "objects": len(model.objects), "body": body_size}  # fmt: skip
 
 
 def child_prom_bytes(pages_file: Path) -> dict[str, float]:
@@ -1017,7 +1017,7 @@ class ClusterBench:
         print(f"tracemalloc of a {tr['objects']:,}-object sync: model + registry hold "
               f"{tr['held'] / tr['objects']:,.0f} B per object after the sync (x{self.n:,} = "
               f"{mib(tr['held'] * k)}), {tr['held_scraped'] / tr['objects']:,.0f} B after a "
-              f"scrape (+ cached bodies, x{self.n:,} = {mib(tr['held_scraped'] * k)}); peak "
+              f"scrape (x{self.n:,} = {mib(tr['held_scraped'] * k)}); peak "
               f"during decode + replace {tr['peak'] / tr['objects']:,.0f} B per object")
         print("held after the sync, by file, per object: " + ", ".join(
             f"{f.replace('bench/cluster.py', 'decoded strings kept')} "
