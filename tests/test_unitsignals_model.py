@@ -265,3 +265,17 @@ def test_a_namespace_relist_only_reconciles_its_namespace():
     model.upsert(unitsignal("b", "ns-2", status_=status()), T0)
     model.replace([], T0 + 1, namespace="ns-1")
     assert set(model.objects) == {("ns-2", "b")}
+
+
+def test_label_values_are_escaped_in_every_per_object_series():
+    """The API server allows few characters in names and label values, but the exporter must
+    stay valid exposition whatever the object holds (a quote, a backslash, a newline)."""
+    model, reg, _ = setup(("team",))
+    obj = unitsignal("u1", workload='w"l\\1', status_=status(agentVersion='1.4"2\n'))
+    obj["metadata"]["labels"]["team"] = 'bl"ue'
+    model.upsert(obj, T0)
+    s = samples(reg)  # parsed by prometheus_client: invalid escaping fails here
+    assert s[per("zaroz_unitsignal_ready", wl='w"l\\1')] == 0
+    assert s[per("zaroz_unitsignal_info", wl='w"l\\1', unit_id="unit-u1", key="u1",
+                 agent_version='1.4"2\n')] == 1
+    assert s[per("zaroz_unitsignal_labels", wl='w"l\\1', label_team='bl"ue')] == 1

@@ -141,8 +141,10 @@ class UnitSignalMetrics:
             return
         if new.workload not in self._workloads:
             self._workload(new.workload)
-        block = (f'{{namespace="{esc(key[0])}",unitsignal="{esc(key[1])}",'
-                 f'workload="{esc(new.workload)}"')
+        block = f'{{namespace="{key[0]}",unitsignal="{key[1]}",workload="{new.workload}"'
+        if block.count('"') != 6 or "\\" in block or "\n" in block:  # nearly never
+            block = (f'{{namespace="{esc(key[0])}",unitsignal="{esc(key[1])}",'
+                     f'workload="{esc(new.workload)}"')
         self.rows.put(key, block, new)
 
     def generation_observed(self, workload: str, seconds: float) -> None:
