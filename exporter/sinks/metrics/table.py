@@ -6,7 +6,9 @@ label block and the model's state snapshot, which the model keeps anyway) in a n
 slots are grouped in chunks of `CHUNK`. A change only marks its chunk dirty; the next scrape
 renders each dirty chunk once, every family at once, so many writes to an object between two
 scrapes cost one render, a watch event costs a set insertion, and memory holds the exposition
-once, as the chunks' bytes. Families are joined from the chunks at scrape time and not kept.
+once, as the chunks' bytes. Families are joined from the chunks at scrape time and not kept. A
+chunk that fills with new rows (a sync) is rendered at once, so the first scrape after a sync
+has little left to do.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from exporter.catalog import Metric
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
 
-Row = tuple[str, Any]  # (label block `{a="x",b="y"}`, the state the columns read)
+# (the label block left open, `{a="x",b="y"`, for a column to add its own labels and close;
+# the state the columns read)
+Row = tuple[str, Any]
 
 
 @dataclass(frozen=True)
