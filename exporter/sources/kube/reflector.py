@@ -172,7 +172,8 @@ class Reflector:
         self._relist_reason = reason
 
     async def list_page(self) -> float:
-        """The next page of the LIST in progress; hands the whole set over after the last."""
+        """The next page of the LIST in progress; hands the whole set over after the last.
+        Called by step(), with the cyclic collector paused."""
         if self._relist_reason is not None:
             reason, self._relist_reason = self._relist_reason, None
             self.relists[reason] += 1
@@ -217,8 +218,7 @@ class Reflector:
             self._listed.update(k for k in map(object_key, page.items) if k is not None)
             items, now = page.items, self.clock()
             for i in range(0, len(items), _SLICE):
-                with gc_paused():
-                    self._deliver("list_page", items[i:i + _SLICE], now)
+                self._deliver("list_page", items[i:i + _SLICE], now)
                 await asyncio.sleep(0)
         else:
             self._pages.extend(page.items)
@@ -230,8 +230,7 @@ class Reflector:
         if self._paged:
             self._list_done(listed, rv)
         else:
-            with gc_paused():
-                self._replace(items, rv)
+            self._replace(items, rv)
         # What a full list leaves behind lives as long as the objects do: keep the cyclic
         # collector from walking it again on every full collection.
         gc.freeze()
