@@ -59,8 +59,11 @@ def writes(seed: int, n: int = 300) -> list[tuple[float, dict[str, Any]]]:
                 st["allocationAck"] = rng.choice((None, "nope", alloc and alloc["id"]))
             elif field == "bad":
                 st["accepting"] = "yes"  # fails the schema
-        out.append((now, {**obj, "metadata": {**meta, "labels": dict(meta["labels"])},
-                          "spec": dict(spec), "status": dict(st)}))
+        written = {**obj, "metadata": {**meta, "labels": dict(meta["labels"])},
+                   "spec": dict(spec), "status": dict(st)}
+        if rng.random() < 0.02:  # the status written away (and back by the next write)
+            del written["status"]
+        out.append((now, written))
     return out
 
 

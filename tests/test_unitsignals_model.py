@@ -91,6 +91,17 @@ def test_missing_status_counts_as_nothing_observed():
     assert s[per("zaroz_unitsignal_status_valid")] == 1
 
 
+def test_a_status_written_away_counts_as_nothing_observed_again():
+    model, reg, _ = setup()
+    model.upsert(unitsignal(status_=status(accepting=True, seq=5)), T0)
+    model.upsert(unitsignal(), T0 + 1)  # the same generation, the status gone
+    s = samples(reg)
+    assert s[per("zaroz_unitsignal_generation_lag")] == 1
+    assert s[per("zaroz_unitsignal_accepting")] == 0
+    assert s[per("zaroz_unitsignal_status_seq")] == 0
+    assert s[per("zaroz_unitsignal_status_valid")] == 1
+
+
 def test_invalid_spec_is_reported_and_its_generation_marked_stuck():
     model, reg, _ = setup()
     model.upsert(unitsignal(generation=1, status_=status(observedGeneration=1)), T0)

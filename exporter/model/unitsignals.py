@@ -225,7 +225,8 @@ class UnitSignalModel:
             if same_status:
                 return key  # nothing this exporter reads has changed (a resync, a relist)
             prev = t.status_key
-            if self.status_fast_path and prev is not None and _measured(skey) == _measured(prev):
+            if (self.status_fast_path and skey is not None and prev is not None
+                    and _measured(skey) == _measured(prev)):
                 self._status_only(key, t, old, status, skey, workload)  # type: ignore[arg-type]
                 return key
         if not same_status:
