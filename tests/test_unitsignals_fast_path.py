@@ -43,7 +43,7 @@ def writes(seed: int, n: int = 300) -> list[tuple[float, dict[str, Any]]]:
         else:  # the agent's status write
             st["seq"] = st["seq"] + 1 if rng.random() < 0.95 else 1
             field = rng.choice(("accepting", "activity", "agentVersion", "observedGeneration",
-                                "signalledReady", "allocationAck", "bad", "none"))
+                                "signalledReady", "allocationAck", "bad", "extra", "none"))
             if field == "accepting":
                 st["accepting"] = not st["accepting"]
             elif field == "activity":
@@ -59,6 +59,11 @@ def writes(seed: int, n: int = 300) -> list[tuple[float, dict[str, Any]]]:
                 st["allocationAck"] = rng.choice((None, "nope", alloc and alloc["id"]))
             elif field == "bad":
                 st["accepting"] = "yes"  # fails the schema
+            elif field == "extra":  # a field the contract does not have: fails the schema
+                if "extra" in st:
+                    del st["extra"]
+                else:
+                    st["extra"] = 1
         written = {**obj, "metadata": {**meta, "labels": dict(meta["labels"])},
                    "spec": dict(spec), "status": dict(st)}
         if rng.random() < 0.02:  # the status written away (and back by the next write)
