@@ -184,13 +184,10 @@ class UnitSignalModel:
 
     def upsert(self, obj: dict[str, Any], now: float) -> Key | None:
         # The hot path of a watch (100k objects): straight-line code, each field read once.
-        meta = obj.get("metadata") if type(obj) is dict else None
-        if type(meta) is not dict:
+        key = _key_of(obj)
+        if key is None:
             return None
-        ns, name = meta.get("namespace"), meta.get("name")
-        if type(ns) is not str or type(name) is not str:
-            return None
-        key = (ns, name)
+        meta = obj["metadata"]
         uid = meta.get("uid")
         t = self.objects.get(key)
         if t is not None and uid is not None and t.uid is not None and uid != t.uid:
@@ -198,7 +195,7 @@ class UnitSignalModel:
             t = None
         first_sight = t is None
         if t is None:
-            key = (intern(ns), name)  # 100k objects share a few namespaces
+            key = (intern(key[0]), key[1])  # 100k objects share a few namespaces
             t = self.objects[key] = _Tracked(uid)
         labels = meta.get("labels")
         if type(labels) is dict:
@@ -232,11 +229,10 @@ class UnitSignalModel:
         if not same_status:
             self._validate_status(t, status, skey, workload)
         if skey is None:
-            observed = agent = ready_at = accepting = activity = ack = seq = None
+            observed = ready_at = ack = None
         else:
-            observed, agent, ready_at, accepting, activity, _, _, ack, seq = skey
+            observed, _, ready_at, _, _, _, _, ack, _ = skey
             observed = observed if type(observed) is int else None
-            seq = seq if type(seq) is int else None
 
         # conformance
         generation = t.gen
@@ -249,10 +245,7 @@ class UnitSignalModel:
             if ahead:  # counted when it starts, not on every write while it lasts
                 self.obs.violation(workload, "observed_generation_ahead")
             t.ahead = ahead
-        if seq is not None:
-            if t.seq is not None and seq < t.seq:
-                self.obs.violation(workload, "agent_restart")
-            t.seq = seq
+        agent, accepting, activity, seq = self._agent_fields(t, skey, workload)
 
         if t.pending or (generation is not None and generation > (observed or 0)):
             self._generations(t, meta, workload, generation, observed, first_sight, now)
@@ -289,13 +282,13 @@ class UnitSignalModel:
             workload,
             t.unit_id,
             t.ukey,
-            intern(agent) if type(agent) is str else "",
+            agent,
             allowed,
             lag,
             min(t.pending.values()) if lag > 0 and t.pending else None,
             1 if ready else 0,
-            1 if accepting is True else 0,
-            activity if activity == "idle" or activity == "busy" else "none",
+            accepting,
+            activity,
             draining,
             1 if alloc_id is not None and ack != alloc_id else 0,
             seq or 0,
@@ -322,22 +315,31 @@ class UnitSignalModel:
         accepting, activity). Nothing is measured and the phase stays, so only the status's own
         fields of the state change; the same result as the full path (a test compares them)."""
         self._validate_status(t, status, skey, workload)
-        _, agent, _, accepting, activity, _, _, _, seq = skey
-        seq = seq if type(seq) is int else None
-        if seq is not None:
-            if t.seq is not None and seq < t.seq:
-                self.obs.violation(workload, "agent_restart")
-            t.seq = seq
         fields = list(old)
-        fields[_AGENT] = intern(agent) if type(agent) is str else ""
-        fields[_ACCEPTING] = 1 if accepting is True else 0
-        fields[_ACTIVITY] = activity if activity == "idle" or activity == "busy" else "none"
+        fields[_AGENT], fields[_ACCEPTING], fields[_ACTIVITY], seq = self._agent_fields(
+            t, skey, workload)
         fields[_SEQ] = seq or 0
         fields[_STATUS_VALID] = t.status_valid
         state = _new_state(SignalState, fields)
         if state != old:
             t.state = state
             self.obs.state(key, old, state)
+
+    def _agent_fields(self, t: _Tracked, skey: tuple[Any, ...] | None,
+                      workload: str) -> tuple[str, int, str, int | None]:
+        """The status fields the agent moves on its routine writes, as exported (agent
+        version, accepting, activity, seq); an agent restart shows as seq going back."""
+        if skey is None:
+            return "", 0, "none", None
+        _, agent, _, accepting, activity, _, _, _, seq = skey
+        if type(seq) is int:
+            if t.seq is not None and seq < t.seq:
+                self.obs.violation(workload, "agent_restart")
+            t.seq = seq
+        else:
+            seq = None
+        return (intern(agent) if type(agent) is str else "", 1 if accepting is True else 0,
+                activity if activity == "idle" or activity == "busy" else "none", seq)
 
     def _spec(self, t: _Tracked, key: Key, meta: dict[str, Any], spec: Any, workload: str,
               first_sight: bool, now: float) -> None:
