@@ -10,7 +10,7 @@ from __future__ import annotations
 from grafanalib import core as g
 
 from . import lib
-from .lib import WORKLOAD, rate, select, target
+from .lib import WORKLOAD, rate, rate_by, select, target
 
 UID = "zaroz-exporter"
 
@@ -37,12 +37,7 @@ def build() -> g.Dashboard:
                 "Failed LIST pages and broken watches per second by verb and reason "
                 "(refused requests by status, or timeout, connection, truncated, 410...).",
                 [
-                    target(
-                        "sum by (scope, verb, reason) ("
-                        + rate(select("zaroz_kube_failures_total"))
-                        + ")",
-                        "{{scope}} {{verb}} {{reason}}",
-                    )
+                    rate_by(("scope", "verb", "reason"), "zaroz_kube_failures_total")
                 ],
                 "cps",
             ),
@@ -54,10 +49,7 @@ def build() -> g.Dashboard:
                 "Full LISTs started per second by reason: initial, expired (410, the watch fell "
                 "behind compaction) or error. A steady rate of relists is load on the API server.",
                 [
-                    target(
-                        f"sum by (scope, reason) ({rate(select('zaroz_kube_relists_total'))})",
-                        "{{scope}} {{reason}}",
-                    )
+                    rate_by(("scope", "reason"), "zaroz_kube_relists_total")
                 ],
                 "cps",
             ),
@@ -121,26 +113,13 @@ def build() -> g.Dashboard:
                 "Per second: runs of seqs given up as lost (gaps), the seqs lost (missing), "
                 "events ignored as duplicates, and events not applied (invalid, by reason).",
                 [
-                    target(
-                        f"sum by (workload) ({rate(select('zaroz_events_gaps_total', **w))})",
-                        "{{workload}} gaps",
+                    *(
+                        rate_by(("workload",), f"zaroz_events_{what}_total",
+                                f"{{{{workload}}}} {what}", **w)
+                        for what in ("gaps", "missing", "duplicate")
                     ),
-                    target(
-                        f"sum by (workload) ({rate(select('zaroz_events_missing_total', **w))})",
-                        "{{workload}} missing",
-                    ),
-                    target(
-                        "sum by (workload) ("
-                        + rate(select("zaroz_events_duplicate_total", **w))
-                        + ")",
-                        "{{workload}} duplicate",
-                    ),
-                    target(
-                        "sum by (workload, reason) ("
-                        + rate(select("zaroz_events_invalid_total", **w))
-                        + ")",
-                        "{{workload}} invalid ({{reason}})",
-                    ),
+                    rate_by(("workload", "reason"), "zaroz_events_invalid_total",
+                            "{{workload}} invalid ({{reason}})", **w),
                 ],
                 "cps",
             ),
@@ -152,12 +131,7 @@ def build() -> g.Dashboard:
                 "Requests to the events route per second by result (HTTP status, or timeout, "
                 "connection, truncated, invalid_body, token).",
                 [
-                    target(
-                        "sum by (result) ("
-                        + rate(select("zaroz_route_requests_total", **w))
-                        + ")",
-                        "{{result}}",
-                    )
+                    rate_by(("result",), "zaroz_route_requests_total", **w)
                 ],
                 "cps",
                 stacked=True,
@@ -171,12 +145,7 @@ def build() -> g.Dashboard:
                 "ignored, or refused (signature, timestamp, size, media type...). Exporter-wide: "
                 "a refused delivery's workload cannot be trusted.",
                 [
-                    target(
-                        "sum by (result) ("
-                        + rate(select("zaroz_webhook_deliveries_total"))
-                        + ")",
-                        "{{result}}",
-                    )
+                    rate_by(("result",), "zaroz_webhook_deliveries_total")
                 ],
                 "cps",
                 stacked=True,
@@ -189,12 +158,7 @@ def build() -> g.Dashboard:
                 "Route fetches the webhook intake asked for per second (gap: a seq missing past "
                 "the grace; ping: the webhook's cursor was ahead).",
                 [
-                    target(
-                        "sum by (workload, reason) ("
-                        + rate(select("zaroz_webhook_backfills_total", **w))
-                        + ")",
-                        "{{workload}} {{reason}}",
-                    )
+                    rate_by(("workload", "reason"), "zaroz_webhook_backfills_total", **w)
                 ],
                 "cps",
             ),
@@ -296,10 +260,7 @@ def build() -> g.Dashboard:
                 "Checkpoint writes per second by result (written, unchanged, error: an error "
                 "refuses the scrape so nothing unsaved is exposed).",
                 [
-                    target(
-                        f"sum by (result) ({rate(select('zaroz_checkpoint_saves_total'))})",
-                        "{{result}}",
-                    )
+                    rate_by(("result",), "zaroz_checkpoint_saves_total")
                 ],
                 "cps",
             ),

@@ -12,7 +12,7 @@ from alerts import recording
 from exporter import catalog
 
 from . import lib
-from .lib import NAMESPACE, WORKLOAD, eq, rate, select, target
+from .lib import NAMESPACE, WORKLOAD, eq, rate, rate_by, select, target
 
 UID = "zaroz-generations"
 
@@ -113,12 +113,8 @@ def build() -> g.Dashboard:
                 "Contract violations per second by rule (spec/status schema, observedGeneration "
                 "regressed or ahead, unknown allocation ack, agent restart).",
                 [
-                    target(
-                        "sum by (workload, rule) ("
-                        + rate(select("zaroz_unitsignal_conformance_violations_total", **w))
-                        + ")",
-                        "{{workload}} {{rule}}",
-                    )
+                    rate_by(("workload", "rule"),
+                            "zaroz_unitsignal_conformance_violations_total", **w)
                 ],
                 "cps",
                 stacked=True,

@@ -241,6 +241,13 @@ def target(expr: str, legend: str = "", **kwargs: Any) -> PromTarget:
     return PromTarget(expr=expr, legendFormat=legend, **kwargs)
 
 
+def rate_by(by: Sequence[str], name: str, legend: str | None = None,
+            **matchers: str) -> PromTarget:
+    """`sum by (by) (rate(name{matchers}[...]))`, its legend the same labels unless given."""
+    expr = f"sum by ({', '.join(by)}) ({rate(select(name, **matchers))})"
+    return target(expr, " ".join(f"{{{{{b}}}}}" for b in by) if legend is None else legend)
+
+
 def timeseries(
     title: str,
     description: str,

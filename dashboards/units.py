@@ -13,7 +13,7 @@ from alerts import recording
 from exporter import catalog
 
 from . import lib
-from .lib import WORKLOAD, one_of, rate, select, target
+from .lib import WORKLOAD, one_of, rate, rate_by, select, target
 
 UID = "zaroz-units"
 
@@ -166,12 +166,7 @@ def build() -> g.Dashboard:
                 "Startups ending per second by outcome: ready, or failed / destroyed before the "
                 "first unit.ready.",
                 [
-                    target(
-                        "sum by (workload, outcome) ("
-                        + rate(select("zaroz_unit_startups_total", **w))
-                        + ")",
-                        "{{workload}} {{outcome}}",
-                    )
+                    rate_by(("workload", "outcome"), "zaroz_unit_startups_total", **w)
                 ],
                 "cps",
                 stacked=True,
@@ -183,10 +178,7 @@ def build() -> g.Dashboard:
                 "Events by type",
                 "Events applied per second, by event type (unknown types share `unknown`).",
                 [
-                    target(
-                        f"sum by (type) ({rate(select('zaroz_events_total', **w))})",
-                        "{{type}}",
-                    )
+                    rate_by(("type",), "zaroz_events_total", **w)
                 ],
                 "cps",
                 stacked=True,
