@@ -629,18 +629,24 @@ def _read_pages(pages_file: Path, limit: int | None = None) -> list[bytes]:
     return pages[: -(-limit // PAGE_SIZE)] if limit else pages
 
 
-def child_ours_paged(pages_file: Path) -> dict[str, float]:
-    """The alternative: each page upserted as it arrives and dropped (into a fresh model this
-    is exactly a replace), instead of collecting every page's objects first."""
+def _fed(pages_file: Path, apply: Callable[[dict[str, Any], float], object]) -> dict[str, float]:
+    """Each page decoded, every object applied, and the page dropped; RSS before (`base`)."""
     gc.collect()
     out = {"base": _rss_mib()}
     pages = _read_pages(pages_file)
-    reg, model = fresh_model()
     now = time.time()
     for i, page in enumerate(pages):
         for obj in orjson.loads(page)["items"]:
-            model.upsert(obj, now)
+            apply(obj, now)
         pages[i] = b""
+    return out
+
+
+def child_ours_paged(pages_file: Path) -> dict[str, float]:
+    """The alternative: each page upserted as it arrives and dropped (into a fresh model this
+    is exactly a replace), instead of collecting every page's objects first."""
+    reg, model = fresh_model()
+    out = _fed(pages_file, model.upsert)
     out["objects"] = len(model.objects)
     return _after_sync(out, lambda: b"".join(render(reg)))
 
@@ -671,15 +677,8 @@ def child_ours_traced(pages_file: Path, limit: int) -> dict[str, Any]:
 
 def child_prom_bytes(pages_file: Path) -> dict[str, float]:
     """The naive exporter alone, fed page by page (it keeps no objects)."""
-    gc.collect()
-    out = {"base": _rss_mib()}
-    pages = _read_pages(pages_file)
     naive = NaiveExporter()
-    now = time.time()
-    for i, page in enumerate(pages):
-        for obj in orjson.loads(page)["items"]:
-            naive.apply(obj, now)
-        pages[i] = b""
+    out = _fed(pages_file, naive.apply)
     out["objects"] = len(naive.extra)
     return _after_sync(out, None)
 
