@@ -22,6 +22,7 @@ from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.reflector import KubeSource
 from tests.unitsignals import status as full_status
+from tests.waiting import until
 
 WL = {"units.zaroz.cloud/workload": "wl-1"}
 
@@ -59,11 +60,7 @@ class Exporter:
             page_size=7, attention_delay=0.05)
 
     async def until(self, cond, timeout: float = 10.0) -> None:
-        for _ in range(int(timeout / 0.02)):
-            if cond():
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError("condition not reached in time")
+        await until(cond, timeout, interval=0.02)
 
 
 @pytest.fixture

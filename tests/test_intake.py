@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,17 +28,10 @@ from exporter.sources.tailer import TailSupervisor
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 from tests.envelopes import Log
 from tests.simlogs import assert_matches_truth, finite_logs, parse
+from tests.waiting import until
 
 SECRET = b"s3cret-for-tests"
 LOGS, TRUTH = finite_logs(seed=5, workloads=2, seconds=150, rate=0.5)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 def silent_append(route: RouteServer, workload: str, events: list[dict[str, Any]]) -> None:

@@ -19,6 +19,7 @@ from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.handler import Key, Store, object_key
 from exporter.sources.kube.reflector import KubeSource, Reflector
+from tests.waiting import until
 
 WL = "units.zaroz.cloud/workload"
 
@@ -35,15 +36,6 @@ def server_state(emu: KubeEmulator, ns: str | None = None, selector: Callable[[d
         if (ns is None or meta["namespace"] == ns) and (selector is None or selector(obj)):
             out[(meta["namespace"], meta["name"])] = meta["resourceVersion"]
     return out
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 class Sleeps:

@@ -3,7 +3,6 @@ missed delivery backfilled from the route, and a restart that resumes from the s
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import aiohttp
@@ -15,6 +14,7 @@ from exporter.sim.route import RouteServer
 from exporter.sim.scenario import SimConfig
 from exporter.sim.webhook import WebhookSender, delivery_plan
 from tests.simlogs import assert_matches_truth, finite_logs
+from tests.waiting import until
 
 LOGS, TRUTH = finite_logs(seed=8, workloads=1, seconds=200)
 (WL, EVENTS), = LOGS.items()
@@ -34,11 +34,7 @@ def _args(*extra: str) -> object:
 
 
 async def _until(cond, timeout: float = 15.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+    await until(cond, timeout, interval=0.05)
 
 
 async def test_webhooks_with_route_backfill_match_ground_truth(tmp_path):

@@ -34,6 +34,7 @@ from exporter.sources.route import Page, RouteClient
 from exporter.sources.tailer import Tailer, TailSupervisor
 from exporter.sources.token import TokenFile
 from tests.envelopes import Log
+from tests.waiting import until
 
 S = 1_000_000_000
 
@@ -60,14 +61,6 @@ def sim_log() -> tuple[dict[str, Any], ...]:
     end = cfg.start_ns + 200 * S
     events = sim.events_until(end)["wl-1"] + sim.finish(end)["wl-1"]
     return tuple(events)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 def add_workload(server: RouteServer, wl: Workload) -> None:
