@@ -425,7 +425,7 @@ def local_sync(
     pages: list[bytes], collector: bool = False
 ) -> tuple[float, float, Registry, UnitSignalModel]:
     """The exporter's share of an initial sync, done as the reflector does it
-    (`Reflector.list_once`): each page decoded, applied (`list_page`) and dropped, then
+    (`Reflector.list_page`): each page decoded, applied (`list_page`) and dropped, then
     `list_done`, with the cyclic collector paused throughout and everything frozen afterwards.
 
     `collector`: the alternative with the collector running (decoding 100k objects makes
@@ -443,8 +443,7 @@ def local_sync(
             t0 = time.perf_counter()
             items = orjson.loads(page)["items"]
             t1 = time.perf_counter()
-            listed.update((o["metadata"]["namespace"], o["metadata"]["name"]) for o in items)
-            handler.list_page(items, now)
+            listed.update(handler.list_page(items, now))  # the keys, as the reflector takes them
             del items
             t2 = time.perf_counter()
             decode_s += t1 - t0

@@ -9,6 +9,7 @@ from typing import Any
 from exporter.model.unitsignals import UnitSignalModel, workload_of
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.unitsignals import UnitSignalMetrics
+from exporter.sources.kube.handler import Key, object_key
 
 
 def build_cluster(
@@ -43,14 +44,24 @@ class NamespaceHandler:
     def replace(self, objects: list[dict[str, Any]], now: float) -> None:
         self.model.replace([o for o in objects if self._mine(o)], now, self.namespace)
 
-    def list_page(self, objects: list[dict[str, Any]], now: float) -> None:
-        """One page of a (re)list, applied as it arrives (see Reflector)."""
+    def list_page(self, objects: list[dict[str, Any]], now: float) -> list[Key]:
+        """One page of a (re)list, applied as it arrives (see Reflector); returns the keys of
+        its objects, the model's own tuples (the reflector would otherwise make its own)."""
         upsert, delete, mine = self.model.upsert, self.model.delete, self._mine
+        keys: list[Key] = []
+        add = keys.append
         for obj in objects:
             if mine(obj):
-                upsert(obj, now)
+                key = upsert(obj, now)
+                if key is not None and key[1]:
+                    add(key)
+                    continue
             else:  # another shard's (its workload label may have just moved it there)
                 delete(obj, now)
+            key = object_key(obj)
+            if key is not None:
+                add(key)
+        return keys
 
     def list_done(self, listed: set[tuple[str, str]], now: float) -> None:
         """The list is complete: what it did not hold was deleted meanwhile."""

@@ -384,6 +384,32 @@ async def test_collector_paused_while_a_list_is_fetched_and_applied_only(emu):
         assert gc.isenabled()
 
 
+async def test_collector_stays_paused_between_the_pages_of_a_list(emu, session):
+    """Paused from the first page of a LIST to its end, not page by page: re-enabled between
+    two pages, the collector would walk everything applied so far (a threshold of 1 makes any
+    allocation then collect)."""
+    populate(emu, 25)
+    r, _ = reflector(emu, session, Store(), watch_timeout=1)
+    mid_list: list[int] = []
+
+    def on_gc(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start" and r._continue is not None:
+            mid_list.append(1)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(on_gc)
+    gc.set_threshold(1)
+    try:
+        await synced(r)
+        assert r.requests["list:200"] == 3  # a list of three pages was made
+        assert mid_list == []
+        assert gc.isenabled()
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(on_gc)
+        await r.stop()
+
+
 class PagedStore(Store):
     """A handler that takes a LIST page by page (as the UnitSignal model does)."""
 
@@ -438,5 +464,38 @@ async def test_a_page_asked_ahead_that_fails_is_retried_and_loses_nothing(emu, s
         assert r.requests["list:500"] == 1 and r.requests["list:410"] == 1
         assert r.relists == {"initial": 1}
         assert len(sleeps.delays) == 1  # the pause after the 500
+    finally:
+        await r.stop()
+
+
+class KeyedStore(PagedStore):
+    """A paged handler that returns the keys it took, as the cluster handler does; it fails on
+    the slice holding `fail_on`."""
+
+    def __init__(self, fail_on: str) -> None:
+        super().__init__([])
+        self.fail_on = fail_on
+        self.returned: list[Key] = []
+
+    def list_page(self, objects: list[dict[str, Any]], now: float) -> list[Key]:
+        if any(o["metadata"]["name"] == self.fail_on for o in objects):
+            raise RuntimeError("a handler bug")
+        super().list_page(objects, now)
+        keys = [k for k in map(object_key, objects) if k is not None]
+        self.returned += keys
+        return keys
+
+
+async def test_list_keys_come_from_the_handler_or_from_the_page_when_it_fails(emu, session):
+    """The keys a paged handler returns are the list's; for a slice it failed on, the
+    reflector reads them from the page, so nothing listed is taken for deleted."""
+    populate(emu, 25)
+    store = KeyedStore(fail_on="us-013")
+    r, _ = reflector(emu, session, store, watch_timeout=1)
+    await synced(r)
+    try:
+        assert r.keys == set(server_state(emu))  # the failed slice's keys too
+        assert len(store.returned) == 15 and set(store.returned) < r.keys
+        assert r.failures["handler"] == 1
     finally:
         await r.stop()

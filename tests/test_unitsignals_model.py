@@ -290,3 +290,21 @@ def test_label_values_are_escaped_in_every_per_object_series():
     assert s[per("zaroz_unitsignal_info", wl='w"l\\1', unit_id="unit-u1", key="u1",
                  agent_version='1.4"2\n')] == 1
     assert s[per("zaroz_unitsignal_labels", wl='w"l\\1', label_team='bl"ue')] == 1
+
+
+def test_list_page_returns_the_keys_the_reflector_would_have_read():
+    """The cluster handler hands the reflector the keys of a LIST page (the model's own
+    tuples): the same as object_key's for this shard's, another shard's and bad objects."""
+    from exporter.cluster import NamespaceHandler
+    from exporter.sources.kube.handler import object_key
+
+    model, _, _ = setup()
+    handler = NamespaceHandler(model, None, owns=lambda workload: workload != "wl-other")
+    page = [unitsignal("u1"), unitsignal("u2", "team-b"), unitsignal("u3", workload="wl-other"),
+            {}, {"metadata": {"name": "x"}}, {"metadata": {"name": "", "namespace": "n"}},
+            {"metadata": {"name": "y", "namespace": "n"}, "spec": "oops"}]
+    keys = handler.list_page(page, T0)  # type: ignore[arg-type]
+    assert keys == [k for k in map(object_key, page) if k is not None]
+    assert keys == [("team-a", "u1"), ("team-b", "u2"), ("team-a", "u3"), ("", "x"), ("n", "y")]
+    assert ("team-a", "u3") not in model.objects  # another shard's
+    assert keys[0] is next(iter(model.objects))  # shared, not a second tuple per object

@@ -39,7 +39,8 @@ from exporter.sources.kube.api import (
     Rejected,
     RetryLater,
     Unauthorized,
-    gc_paused,
+    gc_hold,
+    gc_release,
 )
 from exporter.sources.kube.handler import Key, ObjectHandler, Store, object_key, resource_version
 from exporter.sources.tasks import cancel
@@ -125,6 +126,7 @@ class Reflector:
         self._complaints = Complaints(log, "kubernetes API recovered", log_interval,
                                       scope=self.scope)
         self._task: asyncio.Task[None] | None = None
+        self._gc_held = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -136,6 +138,7 @@ class Reflector:
     async def stop(self) -> None:
         task, self._task = self._task, None
         await cancel(task)
+        self._hold_gc(False)
         self._restart_list()
 
     async def run(self) -> None:
@@ -159,11 +162,27 @@ class Reflector:
         """One LIST page or one watch; returns the pause before the next step."""
         if self.resource_version is not None:
             return await self.watch_once()
-        # The collector stays paused while a page is fetched and applied: a collection there
-        # would walk every object applied so far, again and again (the pause before a retry
-        # is outside, in run()).
-        with gc_paused():
-            return await self.list_page()
+        # The collector stays paused from the first page of a LIST to its end: a collection
+        # in between would walk every object applied so far, again and again (measured: 0.3 s
+        # of a 100k-object sync, even when paused page by page). It runs again for the pause
+        # before a retry (outside, in run()), and when the reflector stops.
+        self._hold_gc(True)
+        try:
+            delay = await self.list_page()
+        except BaseException:
+            self._hold_gc(False)
+            raise
+        if delay > 0 or self.resource_version is not None:
+            self._hold_gc(False)
+        return delay
+
+    def _hold_gc(self, hold: bool) -> None:
+        if hold != self._gc_held:
+            self._gc_held = hold
+            if hold:
+                gc_hold()
+            else:
+                gc_release()
 
     # -- LIST --------------------------------------------------------------------------------
 
@@ -215,10 +234,9 @@ class Reflector:
         if self._paged:
             # Applied as it arrives and dropped: 100k objects are never all held decoded; in
             # slices, so the request ahead goes out and other tasks run in between.
-            self._listed.update(k for k in map(object_key, page.items) if k is not None)
             items, now = page.items, self.clock()
             for i in range(0, len(items), _SLICE):
-                self._deliver("list_page", items[i:i + _SLICE], now)
+                self._deliver_page(items[i:i + _SLICE], now)
                 await asyncio.sleep(0)
         else:
             self._pages.extend(page.items)
@@ -347,6 +365,21 @@ class Reflector:
             self.resource_version = rv
         if len(keys) != n:
             self.metrics.objects(self.scope, len(keys))
+
+    def _deliver_page(self, items: list[Any], now: float) -> None:
+        """A slice of a LIST page to a paged handler. The keys it returns (object_key's, of the
+        objects it took) are the list's; they are worked out here only when it returns none
+        or fails (measured: 0.1 s of a 100k-object sync to compute them twice)."""
+        try:
+            keys = self.handler.list_page(items, now)
+        except Exception:
+            self.failures["handler"] += 1
+            log.exception("unitsignal handler failed", extra={
+                "scope": self.scope, "call": "list_page"})
+            keys = None
+        if keys is None:
+            keys = [k for k in map(object_key, items) if k is not None]
+        self._listed.update(keys)
 
     def _deliver(self, call: str, arg: Any, now: float) -> None:
         """A handler bug must not stall the reflector (the same event would fail forever)."""
