@@ -1076,6 +1076,7 @@ class ClusterBench:
         reflector = Reflector(None, NamespaceHandler(self.model, None),  # type: ignore[arg-type]
                               KubeMetrics(self.registry))
         reflector.resource_version = str(self.source.rv)
+        reflector.keys = set(self.model.objects)  # as a synced reflector holds them
         floor, upsert, refl = ("orjson.loads only (floor)", "loads + model.upsert",
                                "_decode_event + Reflector._apply")  # fmt: skip
         times: dict[str, list[float]] = {floor: [], upsert: [], refl: []}
