@@ -370,24 +370,20 @@ class Reflector:
         """A slice of a LIST page to a paged handler. The keys it returns (object_key's, of the
         objects it took) are the list's; they are worked out here only when it returns none
         or fails (measured: 0.1 s of a 100k-object sync to compute them twice)."""
-        try:
-            keys = self.handler.list_page(items, now)
-        except Exception:
-            self.failures["handler"] += 1
-            log.exception("unitsignal handler failed", extra={
-                "scope": self.scope, "call": "list_page"})
-            keys = None
+        keys = self._deliver("list_page", items, now)
         if keys is None:
             keys = [k for k in map(object_key, items) if k is not None]
         self._listed.update(keys)
 
-    def _deliver(self, call: str, arg: Any, now: float) -> None:
-        """A handler bug must not stall the reflector (the same event would fail forever)."""
+    def _deliver(self, call: str, arg: Any, now: float) -> Any:
+        """A handler bug must not stall the reflector (the same event would fail forever):
+        the call's result, or None when it failed."""
         try:
-            getattr(self.handler, call)(arg, now)
+            return getattr(self.handler, call)(arg, now)
         except Exception:
             self.failures["handler"] += 1
             log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
+            return None
 
     # -- bookkeeping -------------------------------------------------------------------------
 
