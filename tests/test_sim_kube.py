@@ -12,6 +12,7 @@ import pytest
 
 from exporter.sim.kube import KubeEmulator, KubeError, decode_continue, encode_continue
 from exporter.sim.kube_select import SelectorError, merge_patch, parse_label_selector
+from tests.jsonclient import JsonClient
 
 API = "/apis/units.zaroz.cloud/v1"
 ALL = f"{API}/unitsignals"
@@ -44,18 +45,11 @@ class Clock:
         self.now += int(seconds * 1e9)
 
 
-class Client:
+class Client(JsonClient):
     """Fresh connection per request (force_close) so dropped ones are not silently retried."""
 
     def __init__(self, base: str, session: aiohttp.ClientSession) -> None:
-        self.base, self.session = base, session
-
-    async def get(
-        self, path: str, headers: dict[str, str] | None = None, **params: Any
-    ) -> tuple[int, Any, Any]:
-        query = {k: str(v) for k, v in params.items()}
-        async with self.session.get(self.base + path, params=query, headers=headers or AUTH) as r:
-            return r.status, orjson.loads(await r.read()), r.headers
+        super().__init__(base, session, AUTH)
 
     async def list_all(self, path: str = ALL, **params: Any) -> tuple[list[dict[str, Any]], str]:
         """Follow continue tokens; every page must report the same resourceVersion."""

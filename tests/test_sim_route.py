@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 
 from exporter.sim import faults
@@ -16,6 +15,7 @@ from exporter.sim.config import SimConfig
 from exporter.sim.faults import FaultKind, FaultPlan
 from exporter.sim.route import LiveFeed, RouteServer
 from exporter.sim.scenario import Simulator
+from tests.jsonclient import JsonClient
 
 S = 1_000_000_000
 TOKEN = "s3cret"
@@ -33,19 +33,11 @@ def make_log(n: int = 200) -> dict[str, list[dict[str, Any]]]:
 LOG = make_log()
 
 
-class Client:
+class Client(JsonClient):
     """A thin client; fresh connection per request so a dropped one cannot be retried."""
 
     def __init__(self, base: str, session: aiohttp.ClientSession) -> None:
-        self.base, self.session = base, session
-
-    async def get(
-        self, path: str, headers: dict[str, str] | None = None, **params: Any
-    ) -> tuple[int, Any, Any]:
-        async with self.session.get(
-            self.base + path, params={k: str(v) for k, v in params.items()}, headers=headers or AUTH
-        ) as resp:
-            return resp.status, orjson.loads(await resp.read()), resp.headers
+        super().__init__(base, session, AUTH)
 
     async def events(self, wl: str = "wl-1", **params: Any) -> tuple[int, Any, Any]:
         query = {"after": 0, "limit": 1000, "wait": 0} | params
