@@ -51,6 +51,8 @@ DRAIN_REASONS = ("stop", "destroy", "replace", "scale_down")
 ALLOCATION_OUTCOMES = ("delivered", "undelivered", "superseded", "abandoned")
 STARTUP_OUTCOMES = ("ready", "failed", "destroyed")
 INVALID_REASONS = ("json", "schema")
+# Where an event came from: the events route, a webhook delivery, or a file (replay).
+EVENT_SOURCES = ("route", "webhook", "file")
 SKEW_MEASUREMENTS = ("ready", "allocation_ack", "drain")
 EVENT_TYPES = (
     "unit.created",
@@ -158,8 +160,18 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_events_duplicate_total", Kind.COUNTER,
-        "Events ignored because their seq was already applied.",
-        _W, group="events",
+        "Events the platform delivered again: a seq the same source (route, webhook, or file in "
+        "replay) had already delivered, after it was applied or while it waited. Not applied "
+        "again.",
+        ("workload", "source"), group="events",
+    ),
+    Metric(
+        "zaroz_events_refetched_total", Kind.COUNTER,
+        "Events received again through the exporter's own overlap, not the platform's: a seq "
+        "already applied or waiting, from a source that had not delivered it before (a route "
+        "backfill re-reading webhook deliveries, or a webhook delivery of what the route gave "
+        "first). Not applied again.",
+        ("workload", "source"), group="events",
     ),
     Metric(
         "zaroz_events_gaps_total", Kind.COUNTER,
@@ -387,8 +399,11 @@ METRICS: tuple[Metric, ...] = (
     # Webhooks and checkpoints
     Metric(
         "zaroz_webhook_deliveries_total", Kind.COUNTER,
-        "Webhook deliveries by result: accepted, duplicate, ping, invalid (signed but failing "
-        "the schema), ignored (workload not tailed), or refused: missing_signature, "
+        "Webhook deliveries by result: accepted, duplicate (the platform redelivered it), "
+        "refetched (the route gave it first), ping, invalid (signed but failing "
+        "the schema), ignored (workload not tailed), or refused: cross_workload (an event id "
+        "already applied under another workload: a captured delivery replayed), "
+        "missing_signature, "
         "bad_signature, stale_timestamp, future_timestamp, no_secret, too_large, "
         "unsupported_media_type, malformed_json, missing_workload. No workload label: a refused "
         "delivery's workload header cannot be trusted.",
@@ -399,6 +414,12 @@ METRICS: tuple[Metric, ...] = (
         "Route fetches asked for by the webhook intake, by reason: gap (deliveries waited behind "
         "a missing seq longer than the grace) or ping (the webhook's cursor was ahead).",
         ("workload", "reason"), group="webhook",
+    ),
+    Metric(
+        "zaroz_webhook_pings_total", Kind.COUNTER,
+        "webhook.ping deliveries (the webhook's cursor; not log events, so not in "
+        "zaroz_events_total).",
+        _W, group="webhook",
     ),
     Metric(
         "zaroz_webhook_cursor", Kind.GAUGE,

@@ -90,7 +90,8 @@ def assert_matches_truth(samples: dict, truth: Truth, workloads: list[str],
             if w == wl:
                 counter("zaroz_unit_failures_total", n, workload=wl, reason=reason)
         if not allow_duplicates:
-            counter("zaroz_events_duplicate_total", 0, workload=wl)
+            for source in catalog.EVENT_SOURCES:
+                counter("zaroz_events_duplicate_total", 0, workload=wl, source=source)
         counter("zaroz_events_gaps_total", 0, workload=wl)
         counter("zaroz_events_invalid_total", 0, workload=wl, reason="schema")
     return checks

@@ -105,7 +105,8 @@ async def test_duplicated_reordered_deliveries_apply_each_event_once(tmp_path: P
                 assert set(final) == {200}
         samples = parse(render_bytes(ex.pipeline.registry).decode())
         for w in LOGS:
-            key = ("zaroz_events_duplicate_total", frozenset({"workload": w}.items()))
+            key = ("zaroz_events_duplicate_total",
+                   frozenset({"workload": w, "source": "webhook"}.items()))
             # With several deliveries in flight a copy can overtake its original: duplicates are
             # counted whichever arrives second, so the count is exact either way.
             assert samples[key] == dups[w]
@@ -240,3 +241,42 @@ async def test_other_shards_workload_is_ignored(tmp_path: Path):
     finally:
         await ex.stop()
         await route.stop()
+
+
+async def test_ping_inside_backfill_interval_is_coalesced_not_dropped(route_and_exporter):
+    route, ex, sender, events = route_and_exporter
+    ex.intake.min_backfill_interval = 0.5
+    silent_append(route, "wl-1", events[10:15])
+    assert await sender.send("wl-1", ping(15)) == 200
+    await until(lambda: ex.applied("wl-1") == 15, timeout=2.0)
+    # The tailer is back in its long poll; a second ping inside the interval must not be lost.
+    await asyncio.sleep(0.05)
+    silent_append(route, "wl-1", events[15:20])
+    assert await sender.send("wl-1", ping(20)) == 200
+    assert await sender.send("wl-1", ping(20)) == 200  # coalesced with the one waiting
+    await until(lambda: ex.applied("wl-1") == 20, timeout=2.0)
+    assert ex.value("zaroz_webhook_backfills_total", "wl-1", "ping") == 2
+    assert ex.value("zaroz_webhook_pings_total", "wl-1") == 3
+    assert ("wl-1", "webhook.ping") not in ex.pipeline.registry["zaroz_events_total"].series
+
+
+async def test_delivery_replayed_under_another_workload_is_refused(tmp_path: Path):
+    ex = Exporter(tmp_path, None, None)
+    url = await ex.start()
+    log = Log()
+    for i in range(3):
+        log.add("unit.created", unit=f"u{i}", at_ms=i)
+    try:
+        async with aiohttp.ClientSession() as s:
+            sender = WebhookSender(s, url, SECRET)
+            for e in log.events:
+                assert await sender.send("wl-a", e) == 200
+            assert await sender.send("wl-a", log.events[0]) == 200  # a redelivery: fine
+            status = await sender.send("wl-b", log.events[1])  # the same event, another name
+            assert status == 409
+        assert ex.applied("wl-a") == 3
+        assert "wl-b" not in ex.pipeline.logs
+        assert ex.value("zaroz_webhook_deliveries_total", "cross_workload") == 1
+        assert ex.value("zaroz_events_duplicate_total", "wl-a", "webhook") == 1
+    finally:
+        await ex.stop()

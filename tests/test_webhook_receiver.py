@@ -82,7 +82,7 @@ async def test_signed_delivery_is_applied_and_duplicate_acknowledged(rig: Rig):
     assert await rig.post(ev) == (200, {"result": "duplicate"})
     assert rig.applied() == 1
     assert rig.count("zaroz_events_total", "wl-1", "unit.created") == 1
-    assert rig.count("zaroz_events_duplicate_total", "wl-1") == 1
+    assert rig.count("zaroz_events_duplicate_total", "wl-1", "webhook") == 1
     assert rig.count("zaroz_webhook_deliveries_total", "accepted") == 1
     assert rig.count("zaroz_webhook_deliveries_total", "duplicate") == 1
     assert rig.count("zaroz_webhook_last_delivery_timestamp_seconds", "wl-1") > 0

@@ -13,6 +13,7 @@ from typing import Any
 from exporter.catalog import EVENT_TYPES, UNKNOWN
 from exporter.contract import is_valid_event
 from exporter.model.observations import Observer
+from exporter.model.seqranges import SeqRanges
 from exporter.model.timestamps import parse_rfc3339_ns
 from exporter.model.units import HANDLERS, Unit
 
@@ -47,6 +48,8 @@ class WorkloadLog:
         self.units: dict[str, Unit] = {}
         self.expired = 0
         self.last_at = ""  # occurred_at of the last event applied, parsed when read
+        # Per source, the seqs it delivered: a duplicate is the same source delivering again.
+        self.sources: dict[str, SeqRanges] = {}
         # Optional consumer of every applied unit event, in seq order (the trace builder).
         self.tap: Callable[[str, str, str, dict[str, Any], str | None], None] | None = None
 
@@ -60,13 +63,16 @@ class WorkloadLog:
         """Every seq up to this one was applied, invalid or given up."""
         return self.next - 1
 
-    def offer(self, obj: Any) -> None:
-        """An event as decoded JSON, in any order, possibly again."""
+    def offer(self, obj: Any, source: str = "file") -> str:
+        """An event as decoded JSON from `source` (route, webhook or file), in any order,
+        possibly again. Returns what it was: accepted (applied or waiting behind a gap),
+        duplicate (this source delivered the seq before: the platform redelivered), refetched
+        (already had from another source or an earlier fetch: the exporter's own overlap),
+        invalid, or ping."""
         valid = is_valid_event(obj)
         if valid and obj["type"] == PING:
-            self.obs.applied(PING, obj["seq"])
             self.obs.ping(obj["seq"])
-            return
+            return "ping"
         if valid:
             seq = obj["seq"]
             if type(seq) is not int:  # JSON Schema's integer admits 1.0
@@ -75,19 +81,28 @@ class WorkloadLog:
             seq = _seq_of(obj)
             if seq is None or (type(obj) is dict and obj.get("type") == PING):
                 self.obs.invalid("schema")
-                return
+                return "invalid"
             obj = _INVALID
+        seen = self.sources.get(source)
+        if seen is None:
+            seen = self.sources[source] = SeqRanges()
+        again = seen.add(seq)
         if seq == self.next:
             self._apply(seq, obj)
             self.next = seq + 1
             if self.pending:
                 self._drain_pending()
         elif seq < self.next or seq in self.pending:
-            self.obs.duplicate()
+            if again:
+                self.obs.duplicate(source)
+                return "duplicate"
+            self.obs.refetched(source)
+            return "refetched"
         else:
             self.pending[seq] = obj
             if len(self.pending) > self.max_pending:
                 self.give_up(min(self.pending) - 1)
+        return "invalid" if obj is _INVALID else "accepted"
 
     def reject_json(self) -> None:
         """A line or delivery that is not JSON at all: invalid, with no seq to use up."""
@@ -133,6 +148,7 @@ class WorkloadLog:
             "units": {uid: u.snapshot() for uid, u in self.units.items()},
             "last_at": self.last_at,
             "expired": self.expired,
+            "sources": {src: r.snapshot() for src, r in sorted(self.sources.items())},
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -145,6 +161,14 @@ class WorkloadLog:
         self.units = {uid: Unit.restore(u) for uid, u in state["units"].items()}
         self.last_at = state["last_at"]
         self.expired = int(state["expired"])
+        self.sources = {src: SeqRanges.restore(r)
+                        for src, r in state.get("sources", {}).items()}
+
+    def skip_to(self, cursor: int) -> None:
+        """Start a fresh log after `cursor` (--start-from head): what waits at or before it is
+        dropped, like everything else before it."""
+        self.next = cursor + 1
+        self.pending = {s: ev for s, ev in self.pending.items() if s > cursor}
 
     def _drain_pending(self) -> None:
         p = self.pending

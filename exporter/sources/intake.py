@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from exporter.model.workload import PING, WorkloadLog
+from exporter.model.workload import WorkloadLog
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.tailer import TailSupervisor
@@ -48,6 +48,7 @@ class Intake:
         give_up_after: float = 60.0,
         min_backfill_interval: float = 0.5,
         max_workloads: int = 10_000,
+        max_ids: int = 100_000,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -62,6 +63,9 @@ class Intake:
         self.max_workloads = max_workloads
         self.clock = clock
         self.monotonic = monotonic
+        self.max_ids = max_ids
+        self._ids: dict[str, str] = {}  # recent event ids -> the workload they came under
+        self._deferred: dict[str, asyncio.TimerHandle] = {}  # backfills held to the interval
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._gap_since: dict[str, tuple[int, float]] = {}  # workload -> (first missing, since)
         self._last_backfill: dict[str, float] = {}
@@ -70,25 +74,49 @@ class Intake:
 
     def deliver(self, workload: str, obj: Any) -> str:
         """Apply one authenticated delivery (decoded JSON); returns its result label."""
+        if self._replayed_elsewhere(workload, obj):
+            return "cross_workload"
         wl = self._log_for(workload)
         if wl is None:
             return "ignored"
         self.metrics.delivered(workload, self.clock())
         seq = obj.get("seq") if type(obj) is dict else None
         if type(seq) is not int:
-            wl.offer(obj)  # the model counts it invalid
+            wl.offer(obj, "webhook")  # the model counts it invalid
             return "invalid"
-        if obj.get("type") == PING:
-            wl.offer(obj)
+        result = wl.offer(obj, "webhook")
+        if result == "ping":
             self.metrics.cursor(workload, seq)
             if seq > wl.applied_through:
                 self._backfill(workload, "ping")
-            return "ping"
-        duplicate = seq <= wl.applied_through or seq in wl.pending
-        wl.offer(obj)
+            return result
         if wl.pending:
             self._watch(workload, wl)
-        return "duplicate" if duplicate else "accepted"
+        return result
+
+    def _replayed_elsewhere(self, workload: str, obj: Any) -> bool:
+        """True when the event's id was already delivered under another workload.
+
+        The signature does not cover the Zaroz-Workload header, so a captured delivery could be
+        replayed (within the timestamp tolerance) under another workload's name. Event ids are
+        unique platform-wide, so an id seen with another workload is such a replay. A bounded
+        map of recent ids (insertion order, oldest dropped) covers the tolerance window.
+        """
+        eid = obj.get("id") if type(obj) is dict else None
+        if type(eid) is not str:
+            return False
+        ids = self._ids
+        first = ids.get(eid)
+        if first is None:
+            ids[eid] = workload
+            if len(ids) > self.max_ids:
+                del ids[next(iter(ids))]
+            return False
+        if first == workload:
+            return False
+        log.warning("webhook delivery refused: event id already applied under another workload",
+                    extra={"workload": workload, "first_workload": first})
+        return True
 
     def _log_for(self, workload: str) -> WorkloadLog | None:
         wl = self.pipeline.logs.get(workload)
@@ -145,12 +173,20 @@ class Intake:
             self._watch(workload, wl)
 
     def _backfill(self, workload: str, reason: str) -> None:
+        """Ask the workload's tailer to fetch now. Inside `min_backfill_interval` of the last
+        backfill the request is coalesced into one that runs when the interval ends, so a ping
+        is never dropped (its events would otherwise wait up to a whole long poll)."""
         sup = self.supervisor
         tailer = sup.tailers.get(workload) if sup is not None else None
         if tailer is None:
             return
         now = self.monotonic()
-        if now - self._last_backfill.get(workload, -1e18) < self.min_backfill_interval:
+        wait = self._last_backfill.get(workload, -1e18) + self.min_backfill_interval - now
+        if wait > 0:
+            if workload not in self._deferred:
+                loop = asyncio.get_running_loop()
+                self._deferred[workload] = loop.call_later(
+                    wait, self._deferred_backfill, workload, reason)
             return
         self._last_backfill[workload] = now
         self.metrics.backfill(workload, reason)
@@ -158,8 +194,13 @@ class Intake:
             "workload": workload, "reason": reason, "cursor": tailer.log.applied_through})
         tailer.fetch_now()
 
+    def _deferred_backfill(self, workload: str, reason: str) -> None:
+        self._deferred.pop(workload, None)
+        self._backfill(workload, reason)
+
     def close(self) -> None:
         """Cancel the pending checks (at shutdown)."""
-        for h in self._timers.values():
+        for h in (*self._timers.values(), *self._deferred.values()):
             h.cancel()
         self._timers.clear()
+        self._deferred.clear()

@@ -173,10 +173,7 @@ class Tailer:
         if wl.applied_through == 0:
             # Webhook deliveries may already wait in the log: those at or before the start are
             # skipped, like everything else before it.
-            state = wl.snapshot()
-            state["next"] = cursor + 1
-            state["pending"] = [p for p in state["pending"] if p[0] > cursor]
-            wl.restore(state)
+            wl.skip_to(cursor)
             log.info("starting at the route's head", extra={
                 "workload": self.workload, "cursor": cursor})
 
@@ -267,7 +264,7 @@ class Tailer:
         self.head_seq = head
         self.metrics.head(w, head)
         for obj in events:
-            wl.offer(obj)
+            wl.offer(obj, "route")
         seqs = _page_seqs(events)
         if seqs:
             # Whatever the page skipped (or did not start with) is lost upstream: the model counts

@@ -54,6 +54,7 @@ _STATUS = {
     "unsupported_media_type": (415, "Content-Type must be application/json"),
     "malformed_json": (400, "body is not JSON"),
     "missing_workload": (400, "Zaroz-Workload header is missing or invalid"),
+    "cross_workload": (409, "event id was already applied under another workload"),
 }
 
 
@@ -210,6 +211,8 @@ class WebhookReceiver:
         except orjson.JSONDecodeError:
             return self._refuse("malformed_json", request)
         result = self.intake.deliver(workload, obj)
+        if result in _STATUS:
+            return self._refuse(result, request)
         self.metrics.delivery(result)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("webhook delivery", extra={

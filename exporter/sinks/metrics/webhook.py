@@ -7,7 +7,7 @@ from exporter.sinks.metrics.family import Registry
 
 # Every result the receiver can count; series exist at 0 from the start so rates work at once.
 DELIVERY_RESULTS = (
-    "accepted", "duplicate", "ping", "invalid", "ignored",
+    "accepted", "duplicate", "refetched", "ping", "invalid", "ignored", "cross_workload",
     "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp", "no_secret",
     "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
 )  # fmt: skip

@@ -55,7 +55,9 @@ class WorkloadMetrics:
         self._at: Callable[[], str] = _no_clock
         self._events = r["zaroz_events_total"]
         self._event_series: dict[str, Series] = {}
-        self._dup = r["zaroz_events_duplicate_total"].labels(w)
+        self._dup = r["zaroz_events_duplicate_total"]
+        self._refetched = r["zaroz_events_refetched_total"]
+        self._pings = r["zaroz_webhook_pings_total"]
         self._invalid = r["zaroz_events_invalid_total"]
         self._gaps = r["zaroz_events_gaps_total"].labels(w)
         self._missing = r["zaroz_events_missing_total"].labels(w)
@@ -93,8 +95,11 @@ class WorkloadMetrics:
             )
         s.inc()
 
-    def duplicate(self) -> None:
-        self._dup.inc()
+    def duplicate(self, source: str) -> None:
+        self._dup.labels(self.workload, source).inc()
+
+    def refetched(self, source: str) -> None:
+        self._refetched.labels(self.workload, source).inc()
 
     def invalid(self, reason: str) -> None:
         self._invalid.labels(self.workload, reason).inc()
@@ -138,4 +143,6 @@ class WorkloadMetrics:
         self._desired.labels(self.workload).set(units)
 
     def ping(self, seq: int) -> None:
-        """The webhook cursor is the intake's to track (zaroz_webhook_cursor), not the log's."""
+        """Counted on its own: a ping is no log event. The webhook cursor is the intake's to
+        track (zaroz_webhook_cursor)."""
+        self._pings.labels(self.workload).inc()
