@@ -1,18 +1,23 @@
-"""Checkpoints: each workload's cursor and model state in `--state-dir`, so that a restart
-neither counts an event twice nor misses one.
+"""Checkpoints: each workload's cursor and model state, and every counter and histogram, in
+`--state-dir`, so that a restart neither counts an event twice nor misses one, for any number
+of scrapers.
 
-Counters restart at zero in a new process and Prometheus' `increase()` adds the two processes'
-counts, so what the old process contributed is exactly its last exposition. The checkpoint must
-therefore equal what the last scrape exposed: it is written at scrape time, synchronously, just
-before the exposition is rendered (`render_checkpointed`), with no await in between so no event
-slips into one and not the other. Events applied after that scrape and before a crash were never
-exposed: the next process re-applies them from the route (its cursor is the checkpoint's). Events
-exposed are never applied again.
+Counters continue across a restart: the checkpoint holds their values (sinks.metrics.state) and
+a new process starts from them, never from zero. A scraper therefore never sees a reset, and what
+it reads after the restart is the same total an uninterrupted process would show, whichever
+scrapes it made or missed before (two Prometheus replicas, a reply lost with the process).
+Events applied after the checkpoint are applied again from its cursor, exactly once, since the
+counters restored are those of that cursor.
+
+No scraper may have seen more than the checkpoint holds, or the restored counters would go
+backwards (a reset to Prometheus). So the checkpoint is saved synchronously just before each
+scrape is rendered (`render_checkpointed`, no await in between), and besides every
+`--checkpoint-interval` seconds and at shutdown, each time with the whole state of that moment.
+A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
 
 The whole state is one file, replaced atomically (temp file, fsync, rename, fsync of the
-directory): per-workload files could leave a crash between two renames with some workloads ahead
-of what was exposed. The model's state (pending events, units in flight, event clock) is part of
-it, so an interval that spans a restart (created before, ready after) is still measured.
+directory). The model's state (pending events, units in flight, event clock) is part of it, so
+an interval that spans a restart (created before, ready after) is still measured.
 
 A lock (flock) on the state directory keeps a second exporter from sharing it.
 """
@@ -32,6 +37,7 @@ import orjson
 
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render
+from exporter.sinks.metrics.state import metric_state, restore_metrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.route import CursorExpired, RouteClient
 
@@ -39,7 +45,8 @@ log = logging.getLogger(__name__)
 
 FILE = "checkpoint.json"
 LOCK = "lock"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
 START_FROM = ("checkpoint", "head", "earliest")
 
 
@@ -67,16 +74,15 @@ class Checkpointer:
     # -- state --------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        desired = self.pipeline.registry["zaroz_workload_desired_units"].series
         workloads = {}
         for w, wl in self.pipeline.logs.items():
             entry: dict[str, Any] = {"cursor": wl.applied_through, "log": wl.snapshot()}
-            d = desired.get((w,))
-            if d is not None:
-                # The only observer state read from the log: a gauge set by units.scaled.
-                entry["desired"] = d.value
+            labels = getattr(wl.obs, "label_state", None)
+            if labels is not None:
+                entry["labels"] = labels()
             workloads[w] = entry
-        return {"v": VERSION, "workloads": workloads}
+        return {"v": VERSION, "workloads": workloads,
+                "metrics": metric_state(self.pipeline.registry)}
 
     def save(self) -> bool:
         """Write the checkpoint if the state changed; True when written. Synchronous on purpose
@@ -123,18 +129,25 @@ class Checkpointer:
             raise CheckpointError(f"cannot read {self.path}: {e}") from e
         try:
             state = orjson.loads(raw)
-            if state.get("v") != VERSION:
+            if state.get("v") not in VERSIONS:
                 raise ValueError(f"unsupported checkpoint version {state.get('v')!r}")
+            registry = self.pipeline.registry
             for w, entry in state["workloads"].items():
                 wl = self.pipeline.workload(w)
                 wl.restore(entry["log"])
-                if "desired" in entry:
-                    self.pipeline.registry["zaroz_workload_desired_units"].labels(w).set(
-                        entry["desired"])
+                restore_labels = getattr(wl.obs, "restore_label_state", None)
+                if restore_labels is not None and "labels" in entry:
+                    restore_labels(entry["labels"])
+                if "desired" in entry:  # version 1
+                    registry["zaroz_workload_desired_units"].labels(w).set(entry["desired"])
+            restore_metrics(registry, state.get("metrics", {}))
         except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(
                 f"checkpoint {self.path} is unreadable ({e}); move it away and choose "
                 "--start-from head or earliest") from e
+        if state["v"] == 1:
+            log.warning("checkpoint of version 1: counters restart at zero once",
+                        extra={"state_dir": str(self.dir)})
         self._last = raw
         n = len(state["workloads"])
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})

@@ -80,8 +80,11 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          type=float, default=30.0)
     _add(p, "--discovery-interval", help="seconds between workload list refreshes",
          type=float, default=60.0)
-    _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is dropped",
-         type=float, default=24 * 3600.0)
+    _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is "
+         "dropped, by the workload's event clock (plus wall time once its log is caught up "
+         "and idle)", type=float, default=24 * 3600.0)
+    _add(p, "--unit-expiry-interval", help="seconds between sweeps for idle units",
+         type=float, default=60.0)
     _add(p, "--webhook-secret-file", help="file of accepted webhook secrets, one per line "
          "(repeat for rotation; re-read when changed); enables POST /v1/webhooks/events",
          action="append", default=[])
@@ -92,8 +95,11 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          "asked for the missing ones", type=float, default=2.0)
     _add(p, "--webhook-gap-give-up", help="seconds before a gap is given up when no route "
          "tailer can fetch it", type=float, default=60.0)
-    _add(p, "--state-dir", help="directory for restart-safe checkpoints (written at each "
-         "scrape); none: no checkpoints", default=None)
+    _add(p, "--state-dir", help="directory for restart-safe checkpoints of every workload's "
+         "cursor, model and counters (written at each scrape, every --checkpoint-interval and "
+         "at shutdown); none: no checkpoints", default=None)
+    _add(p, "--checkpoint-interval", help="seconds between checkpoints besides those at scrape "
+         "time and at shutdown (0: only those)", type=float, default=30.0)
     _add(p, "--start-from", help="where each workload's log starts: checkpoint (if any, else "
          "earliest), head, or earliest", default="checkpoint",
          choices=["checkpoint", "head", "earliest"])

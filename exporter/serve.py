@@ -19,6 +19,7 @@ from aiohttp import web
 
 from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.cluster import NamespaceHandler, build_cluster
+from exporter.expiry import ExpiryClock
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
 from exporter.sharding import Shard, ordinal_from_pod_name
@@ -33,7 +34,6 @@ from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 
 log = logging.getLogger("exporter.serve")
-EXPIRE_INTERVAL_S = 60.0
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Running:
     intake: Intake | None = None
     checkpointer: Checkpointer | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    restored: frozenset[str] = frozenset()  # workloads whose log came from the checkpoint
 
     def readiness(self) -> tuple[bool, str]:
         parts = [s.readiness() for s in (self.supervisor, self.kube) if s is not None]
@@ -60,8 +61,30 @@ class Running:
     def ready(self) -> bool:
         return self.readiness()[0]
 
+    def held(self) -> list[str]:
+        """Workloads catching up on a log they have no checkpoint for: their event-log series
+        stay out of the exposition until caught up (Registry.hold)."""
+        if self.supervisor is None:
+            return []
+        return [w for w, t in self.supervisor.tailers.items()
+                if not t.caught_up and w not in self.restored]
+
+    def caught_up(self, workload: str) -> bool:
+        """The workload's log is applied through the route's head (webhooks only: nothing
+        waits behind a gap)."""
+        t = self.supervisor.tailers.get(workload) if self.supervisor is not None else None
+        if t is None:
+            return self.supervisor is None
+        return t.caught_up and t.head_seq is not None and t.log.applied_through >= t.head_seq
+
+    def checkpoint(self) -> None:
+        """Save a checkpoint now (periodically and at shutdown); failures are logged."""
+        if self.checkpointer is not None:
+            with contextlib.suppress(CheckpointError):
+                self.checkpointer.save()
+
     async def stop(self) -> None:
-        """No checkpoint here: it must stay equal to what the last scrape exposed."""
+        """Stops the sources, then saves a last checkpoint of everything applied."""
         if self.intake is not None:
             self.intake.close()
         await cancel(*self.tasks)
@@ -72,6 +95,7 @@ class Running:
         await self.runner.cleanup()
         await self.session.close()
         if self.checkpointer is not None:
+            self.checkpoint()
             self.checkpointer.close()
         if self.traces is not None:  # flushing may block on the collector: not on the loop
             await asyncio.get_running_loop().run_in_executor(None, self.traces.shutdown)
@@ -90,11 +114,19 @@ def _trace_sink(args: argparse.Namespace) -> Any:
     return sink
 
 
-async def _expire_loop(pipeline: Pipeline) -> None:
-    """Idle-unit sweeps on the wall clock; the model itself never reads a clock."""
+async def _expire_loop(running: Running, interval: float) -> None:
+    """Idle-unit sweeps by each workload's event clock (exporter.expiry); the wall time of the
+    sweep is read here, never in the model."""
+    clock = ExpiryClock()
     while True:
-        await asyncio.sleep(EXPIRE_INTERVAL_S)
-        pipeline.expire(time.time_ns())
+        await asyncio.sleep(interval)
+        clock.sweep(running.pipeline, running.caught_up, time.time_ns())
+
+
+async def _checkpoint_loop(running: Running, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        running.checkpoint()
 
 
 def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipeline: Pipeline,
@@ -166,8 +198,11 @@ async def start(args: argparse.Namespace) -> Running:
         token = TokenFile(args.events_token_file) if args.events_token_file else None
         client = RouteClient(session, args.events_url, token,
                              timeout_margin=args.request_timeout_margin)
+    restored: frozenset[str] = frozenset()
     try:
         start_cursor = prepare_start(args.start_from, checkpointer, client)
+        if checkpointer is not None and args.start_from == "checkpoint":
+            restored = frozenset(pipeline.logs)
     except (CheckpointError, ValueError) as e:
         await session.close()
         raise SystemExit(f"zaroz-exporter: --start-from {args.start_from}: {e}") from e
@@ -185,7 +220,8 @@ async def start(args: argparse.Namespace) -> Running:
                          "Kubernetes configuration")
     running_box: list[Running] = []
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
-                           gzip_level=args.gzip_level, checkpointer=checkpointer)
+                           gzip_level=args.gzip_level, checkpointer=checkpointer,
+                           held=lambda: running_box[0].held())
     intake = None
     if args.webhook_secret_file:
         intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,
@@ -195,13 +231,17 @@ async def start(args: argparse.Namespace) -> Running:
                         max_body=args.webhook_max_body).install(server.app)
     runner, url = await start_site(server.app, args.listen)
     running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
-                      intake=intake, checkpointer=checkpointer)
+                      intake=intake, checkpointer=checkpointer, restored=restored)
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()
     if kube is not None:
         kube.start()
-    running.tasks.append(asyncio.create_task(_expire_loop(pipeline), name="expire"))
+    running.tasks.append(asyncio.create_task(
+        _expire_loop(running, args.unit_expiry_interval), name="expire"))
+    if checkpointer is not None and args.checkpoint_interval > 0:
+        running.tasks.append(asyncio.create_task(
+            _checkpoint_loop(running, args.checkpoint_interval), name="checkpoint"))
     return running
 
 

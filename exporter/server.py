@@ -38,9 +38,11 @@ class MetricsServer:
         gzip_level: int = 1,
         links: dict[str, str] | None = None,
         checkpointer: Checkpointer | None = None,
+        held: Callable[[], list[str]] | None = None,
     ) -> None:
         self.registry = registry
         self.checkpointer = checkpointer
+        self.held = held
         self.readiness = readiness or (lambda: (True, "no sources"))
         self.gzip_level = gzip_level
         self.links = links or {}
@@ -59,6 +61,8 @@ class MetricsServer:
         start = time.perf_counter()
         om = wants_openmetrics(request.headers.get("Accept"))
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
+        if self.held is not None:
+            self.registry.hold(self.held())
         try:
             chunks = render_checkpointed(self.registry, om, self.checkpointer)
         except CheckpointError as e:

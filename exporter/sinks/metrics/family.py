@@ -9,18 +9,44 @@ from exporter.catalog import Kind, Metric
 from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
 from exporter.sinks.metrics.table import TableFamily
 
+# Families computed from the event log: held back for a workload still catching up on a log it
+# has no checkpoint for (see Registry.hold).
+HELD_GROUPS = frozenset({"lifecycle", "events"})
+
+
+class Held:
+    """Workloads whose event-log series are left out of the exposition for now."""
+
+    __slots__ = ("names", "version")
+
+    def __init__(self) -> None:
+        self.names: frozenset[str] = frozenset()
+        self.version = 0
+
 
 class Family:
-    __slots__ = ("_body", "_om_body", "bounds_ns", "dirty", "live", "metric", "series")
+    __slots__ = ("_body", "_held_version", "_om_body", "bounds_ns", "dirty", "held", "live",
+                 "metric", "series", "wl_index")
 
-    def __init__(self, metric: Metric) -> None:
+    def __init__(self, metric: Metric, held: Held | None = None) -> None:
         self.metric = metric
+        gated = metric.group in HELD_GROUPS and "workload" in metric.labels
+        self.held = held if gated else None
+        self.wl_index = metric.labels.index("workload") if gated else -1
+        self._held_version = 0
         self.series: dict[tuple[str, ...], Series | HistogramSeries] = {}
         self.dirty: list[Series | HistogramSeries] = []
         self.live: list[CallbackSeries] = []
         self.bounds_ns = tuple(round(b * 1e9) for b in metric.buckets)
         self._body: bytes | None = b""
         self._om_body: bytes | None = b""
+
+    def _shown(self) -> Iterable[Series | HistogramSeries]:
+        held = self.held
+        if held is None or not held.names:
+            return self.series.values()
+        i, names = self.wl_index, held.names
+        return [s for k, s in self.series.items() if k[i] not in names]
 
     def labels(self, *values: str) -> Series | HistogramSeries:
         s = self.series.get(values)
@@ -60,14 +86,19 @@ class Family:
                     s.render()
             self.dirty.clear()
             self._body = None
+        held = self.held
+        if held is not None and held.version != self._held_version:
+            self._held_version = held.version
+            self._body = None
+        shown = self._shown()
         if self._body is None:
-            self._body = b"".join([s.line for s in self.series.values()])  # type: ignore[misc]
+            self._body = b"".join([s.line for s in shown])  # type: ignore[misc]
             self._om_body = None
         if not openmetrics:
             return self._body
         if self._om_body is None:
-            om = [s.om_line or s.line for s in self.series.values()]
-            self._om_body = b"".join(om) if any(s.om_line for s in self.series.values()) \
+            om = [s.om_line or s.line for s in shown]
+            self._om_body = b"".join(om) if any(s.om_line for s in shown) \
                 else self._body  # type: ignore[arg-type]
         return self._om_body  # type: ignore[return-value]
 
@@ -76,9 +107,23 @@ class Registry:
     """All families of the catalog, in catalog order."""
 
     def __init__(self, metrics: Iterable[Metric] = catalog.METRICS) -> None:
+        self.held = Held()
         self.families: dict[str, Family | TableFamily] = {
-            m.name: TableFamily(m) if m.per_object else Family(m) for m in metrics
+            m.name: TableFamily(m) if m.per_object else Family(m, self.held) for m in metrics
         }
+
+    def hold(self, workloads: Iterable[str]) -> None:
+        """Leave these workloads' event-log series out of the exposition until released.
+
+        A process with no checkpoint for a log applies its retained history from the start: a
+        scrape in the middle would show a counter climbing from zero through days of old events
+        within seconds, a burst in every rate(). Held until caught up, its first exposed sample
+        is the caught-up baseline. Logs restored from a checkpoint are never held: their
+        counters continue from values already exposed."""
+        names = frozenset(workloads)
+        if names != self.held.names:
+            self.held.names = names
+            self.held.version += 1
 
     def __getitem__(self, name: str) -> Family:
         return self.families[name]  # type: ignore[return-value]

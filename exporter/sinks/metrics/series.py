@@ -157,6 +157,17 @@ class HistogramSeries:
     def observe(self, seconds: float) -> None:
         self.observe_ns(round(seconds * 1e9))
 
+    def restore(self, counts: list[int], sum_ns: int, count: int) -> None:
+        """Continue from checkpointed values (sinks.metrics.state)."""
+        if len(counts) != len(self.counts) or sum(counts) != count:
+            raise ValueError(f"{self.family.metric.name}: histogram state does not fit")
+        self.counts = [int(c) for c in counts]
+        self.sum_ns = int(sum_ns)
+        self.count = int(count)
+        if self.line is not None:
+            self.line = None
+            self.family.dirty.append(self)
+
     def render(self) -> bytes:
         p = self.prefixes
         out = []

@@ -81,6 +81,19 @@ class WorkloadMetrics:
             self._invalid.labels(w, reason)
         for m in catalog.SKEW_MEASUREMENTS:
             self._skew.labels(w, m)
+        for source in catalog.EVENT_SOURCES:  # at 0 from the start, so rates work at once
+            self._dup.labels(w, source)
+            self._refetched.labels(w, source)
+
+    def label_state(self) -> dict[str, list[str]]:
+        """The first-come reason sets: restored with the counters, so a restart admits exactly
+        the reasons an uninterrupted run would (checkpoint)."""
+        return {"failure_reasons": sorted(self._failure_reason.seen),
+                "destroy_reasons": sorted(self._destroy_reason.seen)}
+
+    def restore_label_state(self, state: dict[str, list[str]]) -> None:
+        self._failure_reason.seen = set(state.get("failure_reasons", ()))
+        self._destroy_reason.seen = set(state.get("destroy_reasons", ()))
 
     def bind_clock(self, at: Callable[[], str]) -> None:
         """`at()` gives the occurred_at of the event being applied (the exemplars' timestamp);

@@ -1,0 +1,47 @@
+"""When idle units are dropped: by each workload's event clock, and by the wall clock only for a
+log that is caught up and has been idle.
+
+The model forgets a unit whose last event is more than the idle timeout before `now`. Using the
+wall clock as `now` is wrong while a log is caught up on: an exporter reading a backlog older
+than the timeout (after an outage, or a first start on a retained log) would drop units it is
+about to see again, and lose their drains and startups. So `now` is the workload's event clock
+(the latest occurred_at applied), which a backlog of any age moves only as far as its own events
+go. A caught-up log that receives nothing has a clock that stops, though, and its units would
+never expire: for such a log the wall time it has been idle is added to its event clock.
+
+This module reads no clock itself: the caller passes the wall time of each sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from exporter.pipeline import Pipeline
+
+
+class ExpiryClock:
+    """Remembers, per workload, since when (wall time) its log has not moved."""
+
+    def __init__(self) -> None:
+        self._moved: dict[str, tuple[tuple[int, int], int]] = {}
+
+    def now_ns(self, name: str, applied_through: int, pending: int, event_clock_ns: int,
+               caught_up: bool, wall_ns: int) -> int:
+        """The `now` to expire the workload's units at, at wall time `wall_ns`."""
+        mark = (applied_through, pending)
+        seen = self._moved.get(name)
+        if seen is None or seen[0] != mark:
+            self._moved[name] = seen = (mark, wall_ns)
+        if not caught_up or pending or event_clock_ns == 0:
+            return event_clock_ns
+        return event_clock_ns + max(0, wall_ns - seen[1])
+
+    def sweep(self, pipeline: Pipeline, caught_up: Callable[[str], bool], wall_ns: int) -> None:
+        """Expire every workload's idle units (serve calls this every few seconds)."""
+        for name, wl in list(pipeline.logs.items()):
+            now = self.now_ns(name, wl.applied_through, len(wl.pending), wl.clock,
+                              caught_up(name), wall_ns)
+            if now:
+                pipeline.expire_workload(name, now)
+        for name in [n for n in self._moved if n not in pipeline.logs]:
+            del self._moved[name]

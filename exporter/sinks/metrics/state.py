@@ -1,0 +1,70 @@
+"""Counter and histogram values as plain data, so a restarted exporter continues from them.
+
+Counters that restart at zero are only added up correctly by the one scraper that saw the old
+process's last value: a second Prometheus replica, or any scrape lost with the process, misses
+what came between. Restoring every counter and histogram (counts, buckets, exact sums) from the
+checkpoint makes the new process's values continue the old ones, so any scraper reads the same
+totals and never sees a reset. The checkpoint's own save counters are left out: saving changes
+them, and they describe this process's writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.catalog import Kind
+from exporter.sinks.metrics.family import Family, Registry
+from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
+
+# Gauges whose value comes from the event log (a units.scaled event), not from this process.
+EVENT_GAUGES = frozenset({"zaroz_workload_desired_units"})
+NOT_RESTORED = frozenset({"zaroz_checkpoint_saves_total"})
+
+
+def _kept(fam: Any) -> bool:
+    if not isinstance(fam, Family) or fam.metric.name in NOT_RESTORED:
+        return False
+    kind = fam.metric.kind
+    return kind is Kind.COUNTER or kind is Kind.HISTOGRAM or fam.metric.name in EVENT_GAUGES
+
+
+def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
+    """Per family, one row per label set: [*label values, value] for counters and gauges,
+    [*label values, [bucket counts], sum_ns, count] for histograms."""
+    out: dict[str, list[list[Any]]] = {}
+    for name, fam in registry.families.items():
+        if not _kept(fam):
+            continue
+        rows: list[list[Any]] = []
+        for values, s in fam.series.items():  # type: ignore[union-attr]
+            if isinstance(s, CallbackSeries):
+                continue  # read from the model at scrape time: restored with the model
+            if isinstance(s, HistogramSeries):
+                rows.append([*values, list(s.counts), s.sum_ns, s.count])
+            else:
+                rows.append([*values, s.value])
+        if rows:
+            out[name] = rows
+    return out
+
+
+def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> None:
+    """The inverse of `metric_state`. Families no longer in the catalog are skipped; a row of
+    the wrong shape raises ValueError (the checkpoint is then unreadable)."""
+    for name, rows in state.items():
+        fam = registry.families.get(name)
+        if fam is None or not _kept(fam):
+            continue
+        assert isinstance(fam, Family)
+        n = len(fam.metric.labels)
+        for row in rows:
+            values = tuple(str(v) for v in row[:n])
+            s = fam.labels(*values)
+            if isinstance(s, HistogramSeries):
+                counts, sum_ns, count = row[n:]
+                s.restore(counts, sum_ns, count)
+            elif isinstance(s, Series) and not isinstance(s, CallbackSeries):
+                (v,) = row[n:]
+                if not isinstance(v, int | float):
+                    raise ValueError(f"{name}{values}: not a number: {v!r}")
+                s.set(v)
