@@ -20,20 +20,22 @@ from exporter.pipeline import Pipeline
 
 
 class ExpiryClock:
-    """Remembers, per workload, since when (wall time) its log has not moved."""
+    """Remembers, per workload, since when (wall time) its log has been caught up and still."""
 
     def __init__(self) -> None:
-        self._moved: dict[str, tuple[tuple[int, int], int]] = {}
+        self._moved: dict[str, tuple[tuple[int, int], int]] = {}  # name -> (mark, since)
 
     def now_ns(self, name: str, applied_through: int, pending: int, event_clock_ns: int,
                caught_up: bool, wall_ns: int) -> int:
         """The `now` to expire the workload's units at, at wall time `wall_ns`."""
-        mark = (applied_through, pending)
+        # The mark includes whether it is idle-able (caught up, nothing waiting): idle time
+        # starts at the first sweep that finds it so, and again whenever the log moves.
+        mark = (applied_through, pending if not caught_up or pending else -1)
         seen = self._moved.get(name)
-        if seen is None or seen[0] != mark:
+        if seen is None or seen[0] != mark or mark[1] != -1:
             self._moved[name] = seen = (mark, wall_ns)
-        if not caught_up or pending or event_clock_ns == 0:
-            return event_clock_ns
+        if event_clock_ns == 0:
+            return 0
         return event_clock_ns + max(0, wall_ns - seen[1])
 
     def sweep(self, pipeline: Pipeline, caught_up: Callable[[str], bool], wall_ns: int) -> None:

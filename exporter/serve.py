@@ -70,12 +70,15 @@ class Running:
                 if not t.caught_up and w not in self.restored]
 
     def caught_up(self, workload: str) -> bool:
-        """The workload's log is applied through the route's head (webhooks only: nothing
-        waits behind a gap)."""
+        """The workload's log is applied through the route's head, as the route said it
+        recently (a route that cannot be reached may hold events: that is no idle log).
+        Webhooks only: nothing waits behind a gap."""
         t = self.supervisor.tailers.get(workload) if self.supervisor is not None else None
         if t is None:
             return self.supervisor is None
-        return t.caught_up and t.head_seq is not None and t.log.applied_through >= t.head_seq
+        fresh = t.last_success is not None and time.time() - t.last_success < 2 * t.wait + 30
+        return (fresh and t.caught_up and t.head_seq is not None
+                and t.log.applied_through >= t.head_seq)
 
     def checkpoint(self) -> None:
         """Save a checkpoint now (periodically and at shutdown); failures are logged."""

@@ -15,8 +15,11 @@ NS = 1_000_000_000
 
 
 def finite_logs(seed: int = 7, workloads: int = 2, seconds: int = 600,
-                rate: float = 0.5) -> tuple[dict[str, list[dict[str, Any]]], Truth]:
+                rate: float = 0.5, start_ns: int | None = None,
+                ) -> tuple[dict[str, list[dict[str, Any]]], Truth]:
     cfg = SimConfig(seed=seed, workloads=workloads, arrival_rate=rate)
+    if start_ns is not None:
+        cfg.start_ns = start_ns
     sim = Simulator(cfg)
     logs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for wl, evs in sim.events_until(cfg.start_ns + seconds * NS).items():
