@@ -5,6 +5,7 @@ caught up on without expiring units it is about to see again."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ def _resets(scrapes: list[dict[Any, float]]) -> list[tuple[Any, float, float]]:
     """Counter samples that went down between two consecutive scrapes (a reset to Prometheus).
     The checkpoint's own save counters are this process's writes and may restart."""
     out = []
-    for a, b in zip(scrapes, scrapes[1:], strict=False):
+    for a, b in itertools.pairwise(scrapes):
         for k, v in a.items():
             if _counter_like(k[0]) and not k[0].startswith("zaroz_checkpoint_") and k in b \
                     and b[k] < v:
