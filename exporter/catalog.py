@@ -438,8 +438,9 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_checkpoint_saves_total", Kind.COUNTER,
-        "Checkpoint writes at scrape time by result: written, unchanged (nothing to write), "
-        "error (the scrape was refused so nothing unsaved is exposed).",
+        "Checkpoint writes (at scrape time, periodic, at shutdown) by result: written, unchanged "
+        "(nothing to write), error (a scrape is then refused so nothing unsaved is exposed). "
+        "Counts this process's writes: not restored from the checkpoint.",
         ("result",), group="webhook",
     ),
     Metric(

@@ -31,8 +31,14 @@ INTERPRETATIONS = """\
 The definitions in the platform's `measurements.md` are fixed. Where it is silent, the exporter
 does this:
 
-- Events of a workload are applied in `seq` order whatever order they arrive in; a seq already
-  applied (or already waiting) is a duplicate. Seqs skipped are waited for and then given up as a
+- Events of a workload are applied in `seq` order whatever order they arrive in, each once. A seq
+  already applied (or already waiting) is not applied again; it counts in
+  `zaroz_events_duplicate_total{source}` only when the same source (route, webhook, or file in
+  replay) had delivered it before: the platform delivered it again. Otherwise it is the
+  exporter's own overlap (a route backfill re-reading webhook deliveries, or a webhook delivery
+  of what the route gave first) and counts in `zaroz_events_refetched_total{source}`.
+  `webhook.ping` is no log event: it counts in `zaroz_webhook_pings_total` only. Seqs skipped
+  are waited for and then given up as a
   gap (`zaroz_events_gaps_total` counts runs, `zaroz_events_missing_total` seqs): by the tailer as
   soon as a page skips them (the route is authoritative), at the end of input by `replay`.
 - An event failing `event.schema.json` (formats asserted) uses up its seq, applies nothing and is
@@ -47,7 +53,25 @@ does this:
 - Failure and destroy reasons are free text: the first 20 distinct reasons per workload keep
   their value, later ones are `other`. Exit codes keep the common values
   (0, 1, 2, 126, 127, 130, 134, 137, 139, 143); others are `other`.
-- Unit state is dropped at `unit.destroyed`, or after `--unit-idle-timeout` without an event.
+- Unit state is dropped at `unit.destroyed`, or after `--unit-idle-timeout` without an event,
+  measured on the workload's event clock (the latest `occurred_at` applied), so catching up on a
+  backlog of any age drops nothing it is about to see again. Only once the log is caught up with
+  the route (heard from recently) and idle does wall time count too: a unit then expires when
+  its idle time in the log plus the wall time the log has been idle passes the timeout.
+
+## Restarts and scrapers
+
+- With `--state-dir`, every counter and histogram (per label set, with the first-come reason
+  sets), the cursor and the model's state are checkpointed at each scrape, every
+  `--checkpoint-interval` seconds and at shutdown. A restarted exporter continues its counters
+  from the checkpoint, never from zero, and applies what came after its cursor exactly once, so
+  its values equal an uninterrupted run's for every scraper (a Prometheus HA pair included).
+  Only `zaroz_checkpoint_*` (this process's own writes) start again.
+- A workload whose log is read from the start without a checkpoint (a new pod on an empty
+  state dir) has its lifecycle and event-log series left out of `/metrics` until it has caught
+  up with the route: the first sample a scraper sees is the caught-up baseline, and replaying
+  days of retained log never shows as a burst in `rate()`/`increase()`. Readiness (`/readyz`)
+  waits for the same.
 
 ## How UnitSignals are measured
 

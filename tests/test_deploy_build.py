@@ -33,7 +33,9 @@ OVERLAYS = {
     "base": ROOT / "deploy" / "base",
     "sharded": ROOT / "deploy" / "overlays" / "sharded",
     "dev": ROOT / "deploy" / "overlays" / "dev",
+    "persistent-state": ROOT / "deploy" / "overlays" / "persistent-state",
 }
+STATEFUL = ("sharded", "persistent-state")
 K8S_VERSIONS = ("1.28.0", "1.37.0")  # oldest and newest that kubernetes-validate ships, in use
 CUSTOM_GROUPS = ("monitoring.coreos.com/",)  # no schema in kubernetes-validate: checked below
 
@@ -81,7 +83,7 @@ def test_overlay_builds_with_expected_kinds(overlay: str) -> None:
     kinds = sorted({d["kind"] for d in build(overlay)})
     expected = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
                 "Service", "ServiceMonitor", "NetworkPolicy", "PrometheusRule",
-                "StatefulSet" if overlay == "sharded" else "Deployment"}
+                "StatefulSet" if overlay in STATEFUL else "Deployment"}
     if overlay == "dev":
         expected.add("CustomResourceDefinition")
     if not list(generate.ALERT_RULES.glob("*.yaml")):
@@ -161,7 +163,13 @@ def test_state_dir_and_secrets_are_mounted_not_shipped(overlay: str) -> None:
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     state = mounts[env["ZAROZ_EXPORTER_STATE_DIR"]]
-    assert "emptyDir" in volumes[state["name"]]
+    if overlay == "persistent-state":  # a claim per pod: checkpoints survive rescheduling
+        assert state["name"] not in volumes
+        claims = _workload(docs)["spec"]["volumeClaimTemplates"]
+        assert [c["metadata"]["name"] for c in claims] == [state["name"]]
+        assert claims[0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    else:
+        assert "emptyDir" in volumes[state["name"]]
     for var in ("ZAROZ_EXPORTER_EVENTS_TOKEN_FILE", "ZAROZ_EXPORTER_WEBHOOK_SECRET_FILE"):
         directory, _, key = env[var].rpartition("/")
         mount = mounts[directory]
