@@ -60,19 +60,13 @@ def _num(x: float) -> str:
     return recording.le_value(x)
 
 
-def _burn_rate_alerts(slo: SLO, name: str, what: str) -> list[Alert]:
-    """The SRE workbook's four window pairs; burn factors spend 2%/5%/10%/10% of a 30 d budget.
+def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Alert]:
+    """The SRE workbook's window pairs (`Config.burn_rates`).
 
     Both windows must burn: the long one proves it matters, the short one that it is still
     happening (so the alert resolves minutes after the burn stops).
     """
-    pairs = (
-        # (long, short, factor, for, severity)
-        ("1h", "5m", 14.4, "2m", "critical"),
-        ("6h", "30m", 6.0, "15m", "critical"),
-        ("1d", "2h", 3.0, "1h", "warning"),
-        ("3d", "6h", 1.0, "3h", "warning"),
-    )
+    pairs = [(b.long, b.short, b.factor, b.for_, b.severity) for b in config.burn_rates]
     out = []
     budget = slo.error_budget
     for long, short, factor, for_, severity in pairs:
@@ -212,8 +206,8 @@ def alerts(config: Config) -> list[Alert]:
             "failed before the unit became ready over the last 5 minutes.",
             "zaroz-lifecycle",
         ),
-        *_burn_rate_alerts(ready_slo, f"{PREFIX}ReadinessBudgetBurn", "Readiness"),
-        *_burn_rate_alerts(ack_slo, f"{PREFIX}AllocationAckBudgetBurn", "Allocation ack"),
+        *_burn_rate_alerts(ready_slo, f"{PREFIX}ReadinessBudgetBurn", "Readiness", c),
+        *_burn_rate_alerts(ack_slo, f"{PREFIX}AllocationAckBudgetBurn", "Allocation ack", c),
         # The event log and its tail.
         Alert(
             f"{PREFIX}EventsMissing",

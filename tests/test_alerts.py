@@ -83,7 +83,7 @@ def test_alerts_have_prefix_severity_and_annotations() -> None:
         assert "$labels" in ann["description"] or "$value" in ann["description"] or (
             name == "ZarozExporterAbsent"
         ), name
-        assert ann["runbook_url"].endswith(f"docs/runbooks.md#{name.lower()}"), name
+        assert ann["runbook_url"] == f"{DEFAULT_CONFIG.runbook_base}#{name.lower()}", name
 
 
 def test_required_alerts_exist() -> None:
