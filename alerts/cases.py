@@ -10,6 +10,7 @@ mistake shows up as a failing test.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from alerts import alerting, recording
@@ -66,7 +67,7 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             {"workload": "wl", "long": long, "short": short},
             f"Workload wl: {value} of {what.lower()} took longer than {le} s over the last "
             f"{long} (and the last {short}), {factor}x the rate the {slo.objective:.4g} "
-            "objective allows.",
+            f"objective allows (threshold {float(factor) * budget * 100:.4g}%).",
             sev,
         )
 
@@ -161,7 +162,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                 [
                     ("5m", []),
                     ("10m", []),
-                    ("11m", [Fire(US1, _stuck_desc("us-1", "11m 0s"))]),
+                    ("11m", [Fire(US1, _stuck_desc("us-1", "11m 0s", 1))]),
                 ],
             ),
             Case(
@@ -181,7 +182,8 @@ def cases(config: Config) -> dict[str, list[Case]]:
                                 US2,
                                 "UnitSignal ns/us-2 (workload wl) has a pending generation "
                                 "whose spec fails the schema; the agent refuses it, so the unit "
-                                "will not follow its spec.",
+                                "will not follow its spec. UnitSignals of the workload stuck on "
+                                "an invalid spec: 1.",
                             )
                         ],
                     ),
@@ -265,7 +267,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: 95% of units became ready within 9m 45s over "
-                                "the last 5 minutes (threshold 300 s).",
+                                "the last 5 minutes (threshold 5m 0s).",
                             )
                         ],
                     ),
@@ -293,7 +295,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: the 95th percentile allocation ack time is 9.75s "
-                                "over the last 5 minutes (threshold 5 s).",
+                                "over the last 5 minutes (threshold 5s).",
                             )
                         ],
                     ),
@@ -320,7 +322,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: 25% of allocations ended undelivered over the "
-                                "last 5 minutes.",
+                                "last 5 minutes (threshold 5%), 5 allocations.",
                             )
                         ],
                     ),
@@ -379,7 +381,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: 20% of startups failed before the unit became "
-                                "ready over the last 5 minutes.",
+                                "ready over the last 5 minutes (threshold 10%).",
                             )
                         ],
                     ),
@@ -459,7 +461,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: the last successful events route request was "
-                                "11m 0s ago.",
+                                "11m 0s ago (threshold 5m 0s).",
                             )
                         ],
                     ),
@@ -486,7 +488,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"scope": "*"},
                                 "Scope *: 0.10 failed lists or watches per second over the "
-                                "last 5 minutes.",
+                                "last 5 minutes (threshold 0.05/s).",
                             )
                         ],
                     ),
@@ -532,7 +534,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"scope": "*"},
                                 "Scope *: the last watch event (bookmarks included) arrived "
-                                "21m 0s ago.",
+                                "21m 0s ago (threshold 15m 0s).",
                             )
                         ],
                     ),
@@ -593,17 +595,19 @@ def cases(config: Config) -> dict[str, list[Case]]:
     }
 
 
-def _stuck_desc(unitsignal: str, dur: str) -> str:
+def _stuck_desc(unitsignal: str, dur: str, count: int) -> str:
     return (
         f"UnitSignal ns/{unitsignal} (workload wl) has waited {dur} for its agent to observe "
-        "the latest spec generation."
+        f"the latest spec generation (threshold 5m 0s). UnitSignals of the workload waiting "
+        f"longer: {count}."
     )
 
 
 def _drain(workload: str, dur: str) -> Fire:
     return Fire(
         {"workload": workload},
-        f"Workload {workload}: a drain has run (or 95% of drains ran) for {dur}.",
+        f"Workload {workload}: a drain has run (or 95% of drains ran) for {dur} "
+        "(threshold 30m 0s).",
     )
 
 
@@ -619,12 +623,16 @@ def _alert_doc(config: Config, case: Case, t: str, fires: list[Fire]) -> dict[st
     a = defs[case.alert]
     exp = []
     for f in fires:
+        # The next step is static but for the alert's labels: expand those by hand.
+        labels = f.labels
+        next_step = re.sub(r"\{\{ \$labels\.(\w+) \}\}",
+                           lambda m, labels=labels: labels[m.group(1)], a.next_step)
         exp.append(
             {
                 "exp_labels": {"severity": f.severity or a.severity, **f.labels},
                 "exp_annotations": {
                     "summary": a.summary,
-                    "description": f.description,
+                    "description": f"{f.description} Next: {next_step}",
                     "runbook_url": f"{config.runbook_base}#{a.anchor}",
                 },
             }
