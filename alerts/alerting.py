@@ -128,7 +128,10 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
                 f"{what} SLO error budget is burning fast.",
                 f"Workload {{{{ $labels.workload }}}}: {{{{ $value | humanizePercentage }}}} "
                 f"of {what.lower()} took longer than {_num(slo.threshold)} s over the last "
-                f"{long} (and the last {short}), {_num(factor)}x the rate the "
+                f"{long} (and the last {short}), out of "
+                + count_of(f"sum(increase({slo.histogram}_count{{workload=%q}}[{long}]))",
+                           fmt="int")
+                + f" measured in the last {long}: {_num(factor)}x the rate the "
                 f"{slo.objective:.4g} objective allows (threshold "
                 f"{percent(factor * budget)}).",
                 "zaroz-slo",

@@ -56,32 +56,39 @@ def _hist(name: str, labels: dict[str, str], buckets: dict[str, str]) -> list[tu
     return out
 
 
+_MINUTES = {"5m": 5, "30m": 30, "1h": 60, "2h": 120, "6h": 360, "1d": 1440, "3d": 4320}
+
+
 def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Case]:
     slo = config.slo(slo_key)
     h = slo.histogram
     le = recording.le_value(slo.threshold)
     budget = slo.error_budget
 
-    def fire(long: str, short: str, factor: str, value: str, sev: str) -> Fire:
+    def fire(long: str, short: str, factor: str, value: str, sev: str, t: int) -> Fire:
+        # Observations in the long window at minute t: 1000 a minute since 0m (the counter's
+        # extrapolation stops at its zero point, so a window reaching before 0m counts t min).
+        measured = per_min * min(t, _MINUTES[long])
         return Fire(
             {"workload": "wl", "long": long, "short": short},
             f"Workload wl: {value} of {what.lower()} took longer than {le} s over the last "
-            f"{long} (and the last {short}), {factor}x the rate the {slo.objective:.4g} "
+            f"{long} (and the last {short}), out of {measured} measured in the last {long}: "
+            f"{factor}x the rate the {slo.objective:.4g} "
             f"objective allows (threshold {float(factor) * budget * 100:.4g}%).",
             sev,
         )
 
-    def page1(v: str) -> Fire:
-        return fire("1h", "5m", "14.4", v, "critical")
+    def page1(v: str, t: int) -> Fire:
+        return fire("1h", "5m", "14.4", v, "critical", t)
 
-    def page6(v: str) -> Fire:
-        return fire("6h", "30m", "6", v, "critical")
+    def page6(v: str, t: int) -> Fire:
+        return fire("6h", "30m", "6", v, "critical", t)
 
-    def tick1(v: str) -> Fire:
-        return fire("1d", "2h", "3", v, "warning")
+    def tick1(v: str, t: int) -> Fire:
+        return fire("1d", "2h", "3", v, "warning", t)
 
-    def tick3(v: str) -> Fire:
-        return fire("3d", "6h", "1", v, "warning")
+    def tick3(v: str, t: int) -> Fire:
+        return fire("3d", "6h", "1", v, "warning", t)
 
     # Errors as a multiple of the budget: 20x for the fast burn, 2x for the slow one.
     fast_bad, slow_bad = 20 * budget, 2 * budget
@@ -103,13 +110,14 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             + healthy,
             [
                 ("2m", []),
-                ("3m", [page1(fast_pct)]),
-                ("15m", [page1(fast_pct)]),
-                ("16m", [page1(fast_pct), page6(fast_pct)]),
-                ("60m", [page1(fast_pct), page6(fast_pct)]),
-                ("61m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct)]),
-                ("180m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct)]),
-                ("181m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct), tick3(fast_pct)]),
+                ("3m", [page1(fast_pct, 3)]),
+                ("15m", [page1(fast_pct, 15)]),
+                ("16m", [page1(fast_pct, 16), page6(fast_pct, 16)]),
+                ("60m", [page1(fast_pct, 60), page6(fast_pct, 60)]),
+                ("61m", [page1(fast_pct, 61), page6(fast_pct, 61), tick1(fast_pct, 61)]),
+                ("180m", [page1(fast_pct, 180), page6(fast_pct, 180), tick1(fast_pct, 180)]),
+                ("181m", [page1(fast_pct, 181), page6(fast_pct, 181), tick1(fast_pct, 181),
+                          tick3(fast_pct, 181)]),
             ],
         ),
         Case(
@@ -118,7 +126,7 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             alert,
             _hist(h, {"workload": "wl"}, {le: f"0+{slow_good}x200", "+Inf": f"0+{per_min}x200"})
             + healthy,
-            [("30m", []), ("180m", []), ("181m", [tick3(slow_pct)])],
+            [("30m", []), ("180m", []), ("181m", [tick3(slow_pct, 181)])],
         ),
         Case(
             # A fast burn for 10 minutes, then none: at 20m the 5m window is clean so the 1h/5m
@@ -135,8 +143,8 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
                 },
             ),
             [
-                ("10m", [page1(fast_pct)]),
-                ("20m", [page6(f"{fast_bad * 50:.4g}%")]),
+                ("10m", [page1(fast_pct, 10)]),
+                ("20m", [page6(f"{fast_bad * 50:.4g}%", 20)]),
             ],
         ),
     ]

@@ -104,7 +104,8 @@ PAGES = {
     ),
     ("ZarozReadinessBudgetBurn", BURN): (
         r"^Workload wl-3: \d+(\.\d+)?% of readiness took longer than 60 s over the last "
-        r"(1h|6h) \(and the last (5m|30m)\), (14\.4|6)x the rate the 0\.99 objective allows "
+        r"(1h|6h) \(and the last (5m|30m)\), out of [1-9]\d* measured in the last (1h|6h): "
+        r"(14\.4|6)x the rate the 0\.99 objective allows "
         r"\(threshold (14\.4|6)%\)\. Next: "
     ),
 }
