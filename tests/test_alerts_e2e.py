@@ -345,6 +345,9 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, mirror: ClusterM
     assert len(unitsignals) == len(biggest["alerts"]) >= 2, "one page, the UnitSignals in it"
     print("\n--- webhook payload as received (pager receiver, firing) ---")
     print(json.dumps(biggest, indent=2))
+    print("\n--- webhook payload as received (pager receiver, firing, invalid spec) ---")
+    print(json.dumps(inbox.webhooks("ZarozGenerationStuckInvalidSpec", INVALID, "firing")[0],
+                     indent=2))
 
     slack = [b for b in inbox.of("slack", "] ZarozGenerationStuck in workload wl-1")
              if b["attachments"][0]["title"].startswith("[FIRING:")]
@@ -399,6 +402,13 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, mirror: ClusterM
     resolved = inbox.webhooks("ZarozGenerationStuck", STUCK, "resolved", after=fixed_at)[-1]
     print("\n--- webhook payload as received (pager receiver, resolved) ---")
     print(json.dumps(resolved, indent=2))
+    print("\n--- webhook payload as received (pager receiver, resolved, invalid spec) ---")
+    print(json.dumps(
+        inbox.webhooks("ZarozGenerationStuckInvalidSpec", INVALID, "resolved", fixed_at)[-1],
+        indent=2))
+    print("\n--- Slack message as received (resolved, invalid spec) ---")
+    print(json.dumps([b for b in inbox.of("slack", "ZarozGenerationStuckInvalidSpec in workload",
+                                          fixed_at)][-1], indent=2))
     assert [b for b in inbox.of("pagerduty", "] ZarozGenerationStuck in workload wl-1", fixed_at)
             if b["event_action"] == "resolve"]
     _check_never_delivered(inbox)
@@ -456,7 +466,7 @@ def _check_slack(body: dict[str, Any], alertname: str, wl: str, status: str) -> 
         assert "Firing (" in text
     else:
         assert title.startswith(f"[RESOLVED] {alertname} in workload {wl} (zaroz-{wl})"), title
-        assert "Resolved (" in text and "resolved " in text
+        assert "Resolved (" in text and "resolved " in text and "\n  Was: " in text
     assert body["channel"] == "#zaroz-oncall"
     assert att["title_link"] == f"{DEFAULT_RUNBOOK_BASE}#{alertname.lower()}"
     assert re.search(r", since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC", text), text
