@@ -31,12 +31,20 @@ class Alert:
     description: str
     group: str
     extra_labels: dict[str, str] = field(default_factory=dict)
+    # What the on-call engineer does first; ends the description after "Next: ".
+    next_step: str = ""
 
     def __post_init__(self) -> None:
         if not self.name.startswith(PREFIX):
             raise ValueError(f"alert {self.name} lacks the {PREFIX} prefix")
         if self.severity not in SEVERITIES:
             raise ValueError(f"alert {self.name}: severity {self.severity}")
+        if not self.next_step:
+            raise ValueError(f"alert {self.name}: no next step for the on-call engineer")
+
+    @property
+    def full_description(self) -> str:
+        return f"{self.description} Next: {self.next_step}"
 
     @property
     def anchor(self) -> str:
@@ -49,7 +57,7 @@ class Alert:
         out["labels"] = {"severity": self.severity, **self.extra_labels}
         out["annotations"] = {
             "summary": self.summary,
-            "description": self.description,
+            "description": self.full_description,
             "runbook_url": f"{config.runbook_base}#{self.anchor}",
         }
         return out
@@ -60,19 +68,48 @@ def _num(x: float) -> str:
     return recording.le_value(x)
 
 
-def _burn_rate_alerts(slo: SLO, name: str, what: str) -> list[Alert]:
-    """The SRE workbook's four window pairs; burn factors spend 2%/5%/10%/10% of a 30 d budget.
+def human_duration(seconds: float) -> str:
+    """A threshold in seconds as Prometheus's `humanizeDuration` writes values ("5m 0s",
+    "1h 0m 0s", "9.75s", "500ms"), so a description compares like with like."""
+    if seconds < 1:
+        return f"{seconds * 1000:.4g}ms"
+    if seconds < 60:
+        return f"{seconds:.4g}s"
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    while parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{v}{u}" for v, u in parts)
+
+
+def percent(ratio: float) -> str:
+    """A ratio as `humanizePercentage` writes values (0.05 -> "5%")."""
+    return f"{ratio * 100:.4g}%"
+
+
+def count_of(query: str, fmt: str = "humanize") -> str:
+    """A template fragment: the value of `query` with `%q` filled by the alert's workload.
+
+    Prometheus runs it when the alert fires, so a per-UnitSignal alert can say how many of the
+    workload's UnitSignals share its problem (Alertmanager groups them by workload).
+    """
+    value = "{{ . | first | value | humanize }}" if fmt == "humanize" else (
+        '{{ . | first | value | printf "%.0f" }}'
+    )
+    args = " $labels.workload" * query.count("%q")
+    return f"{{{{ with printf `{query}`{args} | query }}}}{value}{{{{ else }}}}0{{{{ end }}}}"
+
+
+def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Alert]:
+    """The SRE workbook's window pairs (`Config.burn_rates`).
 
     Both windows must burn: the long one proves it matters, the short one that it is still
     happening (so the alert resolves minutes after the burn stops).
     """
-    pairs = (
-        # (long, short, factor, for, severity)
-        ("1h", "5m", 14.4, "2m", "critical"),
-        ("6h", "30m", 6.0, "15m", "critical"),
-        ("1d", "2h", 3.0, "1h", "warning"),
-        ("3d", "6h", 1.0, "3h", "warning"),
-    )
+    pairs = [(b.long, b.short, b.factor, b.for_, b.severity) for b in config.burn_rates]
     out = []
     budget = slo.error_budget
     for long, short, factor, for_, severity in pairs:
@@ -91,10 +128,16 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str) -> list[Alert]:
                 f"{what} SLO error budget is burning fast.",
                 f"Workload {{{{ $labels.workload }}}}: {{{{ $value | humanizePercentage }}}} "
                 f"of {what.lower()} took longer than {_num(slo.threshold)} s over the last "
-                f"{long} (and the last {short}), {_num(factor)}x the rate the "
-                f"{slo.objective:.4g} objective allows.",
+                f"{long} (and the last {short}), out of "
+                + count_of(f"sum(increase({slo.histogram}_count{{workload=%q}}[{long}]))",
+                           fmt="int")
+                + f" measured in the last {long}: {_num(factor)}x the rate the "
+                f"{slo.objective:.4g} objective allows (threshold "
+                f"{percent(factor * budget)}).",
                 "zaroz-slo",
                 {"long": long, "short": short},
+                next_step=f"open the runbook's first query; then as for {what.lower()} being slow "
+                "(which units, which stage).",
             )
         )
     return out
@@ -119,8 +162,21 @@ def alerts(config: Config) -> list[Alert]:
             "A UnitSignal generation has not been observed by its agent.",
             "UnitSignal {{ $labels.namespace }}/{{ $labels.unitsignal }} (workload "
             "{{ $labels.workload }}) has waited {{ $value | humanizeDuration }} for its agent "
-            "to observe the latest spec generation.",
+            "to observe the latest spec generation (threshold "
+            f"{human_duration(c.generation_lag_seconds)}). UnitSignals of the workload waiting "
+            f"longer: "
+            + count_of(
+                "count(max by (namespace, unitsignal) "
+                "(zaroz_unitsignal_generation_lag_seconds{workload=%q}) > "
+                f"{_num(c.generation_lag_seconds)} unless on (namespace, unitsignal) "
+                "max by (namespace, unitsignal) "
+                "(zaroz_unitsignal_generation_stuck_invalid_spec{workload=%q}) == 1)"
+            )
+            + ".",
             "zaroz-unitsignals",
+            next_step="check the unit's agent (kubectl -n {{ $labels.namespace }} get "
+            "unitsignal {{ $labels.unitsignal }} -o yaml: does status.seq move?) and restart "
+            "it; many at once: the agent rollout or node pool.",
         ),
         Alert(
             f"{PREFIX}GenerationStuckInvalidSpec",
@@ -130,8 +186,14 @@ def alerts(config: Config) -> list[Alert]:
             "A UnitSignal generation will never be observed: its spec is invalid.",
             "UnitSignal {{ $labels.namespace }}/{{ $labels.unitsignal }} (workload "
             "{{ $labels.workload }}) has a pending generation whose spec fails the schema; "
-            "the agent refuses it, so the unit will not follow its spec.",
+            "the agent refuses it, so the unit will not follow its spec. UnitSignals of the "
+            "workload stuck on an invalid spec: "
+            + count_of("sum(zaroz_unitsignal_generation_stuck_invalid_spec{workload=%q})")
+            + ".",
             "zaroz-unitsignals",
+            next_step="read the spec (kubectl -n {{ $labels.namespace }} get unitsignal "
+            "{{ $labels.unitsignal }} -o yaml), find its writer in metadata.managedFields and "
+            "have it write a valid spec.",
         ),
         Alert(
             f"{PREFIX}UnitSignalSpecInvalid",
@@ -142,6 +204,8 @@ def alerts(config: Config) -> list[Alert]:
             "UnitSignal {{ $labels.namespace }}/{{ $labels.unitsignal }} (workload "
             "{{ $labels.workload }}) has a spec that fails unit-signal-spec.schema.json.",
             "zaroz-unitsignals",
+            next_step="correct the spec at its writer (metadata.managedFields names it); the "
+            "agent will refuse the next change until then.",
         ),
         Alert(
             f"{PREFIX}UnitSignalConformanceViolations",
@@ -153,6 +217,7 @@ def alerts(config: Config) -> list[Alert]:
             "Workload {{ $labels.workload }}: {{ $value | humanize }} violations of rule "
             "{{ $labels.rule }} in the last 15 minutes.",
             "zaroz-unitsignals",
+            next_step="tell the agent's owners the rule and workload.",
         ),
         # Lifecycle (event clock).
         Alert(
@@ -163,8 +228,9 @@ def alerts(config: Config) -> list[Alert]:
             "Units take long to become ready.",
             "Workload {{ $labels.workload }}: 95% of units became ready within "
             "{{ $value | humanizeDuration }} over the last 5 minutes (threshold "
-            f"{_num(c.ready_p95_seconds)} s).",
+            f"{human_duration(c.ready_p95_seconds)}).",
             "zaroz-lifecycle",
+            next_step="compare p50 with p95 (all slow, or a subset such as a node pool?).",
         ),
         Alert(
             f"{PREFIX}AllocationAckSlow",
@@ -175,8 +241,9 @@ def alerts(config: Config) -> list[Alert]:
             "Allocations take long to be acknowledged.",
             "Workload {{ $labels.workload }}: the 95th percentile allocation ack time is "
             "{{ $value | humanizeDuration }} over the last 5 minutes (threshold "
-            f"{_num(c.ack_p95_seconds)} s).",
+            f"{human_duration(c.ack_p95_seconds)}).",
             "zaroz-lifecycle",
+            next_step="check whether generations are observed slowly too (agents, API server).",
         ),
         Alert(
             f"{PREFIX}AllocationsUndelivered",
@@ -185,8 +252,17 @@ def alerts(config: Config) -> list[Alert]:
             "critical",
             "Allocations are not being delivered to units.",
             "Workload {{ $labels.workload }}: {{ $value | humanizePercentage }} of allocations "
-            "ended undelivered over the last 5 minutes.",
+            f"ended undelivered over the last 5 minutes (threshold {percent(c.undelivered_ratio)}"
+            "), "
+            + count_of(
+                'sum(increase(zaroz_unit_allocations_total{workload=%q,outcome="undelivered"}'
+                "[5m]))",
+                fmt="int",
+            )
+            + " allocations.",
             "zaroz-lifecycle",
+            next_step="stop allocating to the failing units; check for stuck generations "
+            "(ZarozGenerationStuck) and unit failures in the workload.",
         ),
         Alert(
             f"{PREFIX}DrainTooLong",
@@ -199,8 +275,10 @@ def alerts(config: Config) -> list[Alert]:
             "warning",
             "Unit drains run too long.",
             "Workload {{ $labels.workload }}: a drain has run (or 95% of drains ran) for "
-            "{{ $value | humanizeDuration }}.",
+            f"{{{{ $value | humanizeDuration }}}} (threshold {human_duration(c.drain_seconds)}).",
             "zaroz-lifecycle",
+            next_step="find the draining UnitSignals; are sessions holding them or do the "
+            "agents ignore the drain?",
         ),
         Alert(
             f"{PREFIX}UnitStartupsFailing",
@@ -209,11 +287,14 @@ def alerts(config: Config) -> list[Alert]:
             "warning",
             "Unit startups are failing.",
             "Workload {{ $labels.workload }}: {{ $value | humanizePercentage }} of startups "
-            "failed before the unit became ready over the last 5 minutes.",
+            "failed before the unit became ready over the last 5 minutes (threshold "
+            f"{percent(c.startup_failed_ratio)}).",
             "zaroz-lifecycle",
+            next_step="read the failure reasons; roll back the release or config that broke "
+            "startup.",
         ),
-        *_burn_rate_alerts(ready_slo, f"{PREFIX}ReadinessBudgetBurn", "Readiness"),
-        *_burn_rate_alerts(ack_slo, f"{PREFIX}AllocationAckBudgetBurn", "Allocation ack"),
+        *_burn_rate_alerts(ready_slo, f"{PREFIX}ReadinessBudgetBurn", "Readiness", c),
+        *_burn_rate_alerts(ack_slo, f"{PREFIX}AllocationAckBudgetBurn", "Allocation ack", c),
         # The event log and its tail.
         Alert(
             f"{PREFIX}EventsMissing",
@@ -226,6 +307,8 @@ def alerts(config: Config) -> list[Alert]:
             f"lost in the last {c.events_missing_window}; measurements that needed them are "
             "missing.",
             "zaroz-events",
+            next_step="check for cursor expiries (the exporter fell behind the route's "
+            "retention) and report platform gaps to the route owners.",
         ),
         Alert(
             f"{PREFIX}EventTailStalled",
@@ -238,6 +321,8 @@ def alerts(config: Config) -> list[Alert]:
             "Workload {{ $labels.workload }}: the events route is {{ $value | humanize }} "
             f"events ahead and the applied seq has not moved for {c.tail_stalled_window}.",
             "zaroz-events",
+            next_step="read the exporter's logs for this workload's tailer; restart it if "
+            "wedged (it resumes from its cursor).",
         ),
         Alert(
             f"{PREFIX}EventRouteFailing",
@@ -247,8 +332,10 @@ def alerts(config: Config) -> list[Alert]:
             "warning",
             "The events route has not answered the exporter successfully.",
             "Workload {{ $labels.workload }}: the last successful events route request was "
-            "{{ $value | humanizeDuration }} ago.",
+            "{{ $value | humanizeDuration }} ago (threshold "
+            f"{human_duration(c.route_success_age_seconds)}).",
             "zaroz-events",
+            next_step="check the request results by code: credentials, network, or the route.",
         ),
         # Kubernetes list/watch.
         Alert(
@@ -259,8 +346,10 @@ def alerts(config: Config) -> list[Alert]:
             "warning",
             "The UnitSignal list/watch keeps failing.",
             "Scope {{ $labels.scope }}: {{ $value | printf \"%.2f\" }} failed lists or watches per "
-            "second over the last 5 minutes.",
+            f"second over the last 5 minutes (threshold {_num(c.kube_failure_rate)}/s).",
             "zaroz-kube",
+            next_step="check the failure reasons: RBAC or token, expired watches, the API "
+            "server.",
         ),
         Alert(
             f"{PREFIX}KubeNotSynced",
@@ -271,6 +360,7 @@ def alerts(config: Config) -> list[Alert]:
             "Scope {{ $labels.scope }}: the exporter has no full list of UnitSignals, so "
             "UnitSignal metrics are missing or stale.",
             "zaroz-kube",
+            next_step="check the list requests' results and the exporter's logs.",
         ),
         Alert(
             f"{PREFIX}KubeWatchSilent",
@@ -280,8 +370,11 @@ def alerts(config: Config) -> list[Alert]:
             "warning",
             "The UnitSignal watch has delivered no events.",
             "Scope {{ $labels.scope }}: the last watch event (bookmarks included) arrived "
-            "{{ $value | humanizeDuration }} ago.",
+            "{{ $value | humanizeDuration }} ago (threshold "
+            f"{human_duration(c.kube_watch_event_age_seconds)}).",
             "zaroz-kube",
+            next_step="restart the exporter (it relists); look for proxies that cut "
+            "long-lived connections.",
         ),
         # The exporter itself.
         Alert(
@@ -293,6 +386,7 @@ def alerts(config: Config) -> list[Alert]:
             f"No target matching {{{c.job_selector}}} has been up for {c.absent_for}; every "
             "other zaroz alert is blind.",
             "zaroz-exporter",
+            next_step="check the exporter's pod, its /healthz and the scrape job's discovery.",
         ),
         Alert(
             f"{PREFIX}ExporterShardMissing",
@@ -304,5 +398,7 @@ def alerts(config: Config) -> list[Alert]:
             "Only {{ $value }} distinct shards report: the workloads of the missing ones are "
             "not exported.",
             "zaroz-exporter",
+            next_step="bring the missing StatefulSet pod back; replicas must equal "
+            "--total-shards.",
         ),
     ]

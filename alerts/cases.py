@@ -10,6 +10,7 @@ mistake shows up as a failing test.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from alerts import alerting, recording
@@ -55,32 +56,39 @@ def _hist(name: str, labels: dict[str, str], buckets: dict[str, str]) -> list[tu
     return out
 
 
+_MINUTES = {"5m": 5, "30m": 30, "1h": 60, "2h": 120, "6h": 360, "1d": 1440, "3d": 4320}
+
+
 def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Case]:
     slo = config.slo(slo_key)
     h = slo.histogram
     le = recording.le_value(slo.threshold)
     budget = slo.error_budget
 
-    def fire(long: str, short: str, factor: str, value: str, sev: str) -> Fire:
+    def fire(long: str, short: str, factor: str, value: str, sev: str, t: int) -> Fire:
+        # Observations in the long window at minute t: 1000 a minute since 0m (the counter's
+        # extrapolation stops at its zero point, so a window reaching before 0m counts t min).
+        measured = per_min * min(t, _MINUTES[long])
         return Fire(
             {"workload": "wl", "long": long, "short": short},
             f"Workload wl: {value} of {what.lower()} took longer than {le} s over the last "
-            f"{long} (and the last {short}), {factor}x the rate the {slo.objective:.4g} "
-            "objective allows.",
+            f"{long} (and the last {short}), out of {measured} measured in the last {long}: "
+            f"{factor}x the rate the {slo.objective:.4g} "
+            f"objective allows (threshold {float(factor) * budget * 100:.4g}%).",
             sev,
         )
 
-    def page1(v: str) -> Fire:
-        return fire("1h", "5m", "14.4", v, "critical")
+    def page1(v: str, t: int) -> Fire:
+        return fire("1h", "5m", "14.4", v, "critical", t)
 
-    def page6(v: str) -> Fire:
-        return fire("6h", "30m", "6", v, "critical")
+    def page6(v: str, t: int) -> Fire:
+        return fire("6h", "30m", "6", v, "critical", t)
 
-    def tick1(v: str) -> Fire:
-        return fire("1d", "2h", "3", v, "warning")
+    def tick1(v: str, t: int) -> Fire:
+        return fire("1d", "2h", "3", v, "warning", t)
 
-    def tick3(v: str) -> Fire:
-        return fire("3d", "6h", "1", v, "warning")
+    def tick3(v: str, t: int) -> Fire:
+        return fire("3d", "6h", "1", v, "warning", t)
 
     # Errors as a multiple of the budget: 20x for the fast burn, 2x for the slow one.
     fast_bad, slow_bad = 20 * budget, 2 * budget
@@ -102,13 +110,14 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             + healthy,
             [
                 ("2m", []),
-                ("3m", [page1(fast_pct)]),
-                ("15m", [page1(fast_pct)]),
-                ("16m", [page1(fast_pct), page6(fast_pct)]),
-                ("60m", [page1(fast_pct), page6(fast_pct)]),
-                ("61m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct)]),
-                ("180m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct)]),
-                ("181m", [page1(fast_pct), page6(fast_pct), tick1(fast_pct), tick3(fast_pct)]),
+                ("3m", [page1(fast_pct, 3)]),
+                ("15m", [page1(fast_pct, 15)]),
+                ("16m", [page1(fast_pct, 16), page6(fast_pct, 16)]),
+                ("60m", [page1(fast_pct, 60), page6(fast_pct, 60)]),
+                ("61m", [page1(fast_pct, 61), page6(fast_pct, 61), tick1(fast_pct, 61)]),
+                ("180m", [page1(fast_pct, 180), page6(fast_pct, 180), tick1(fast_pct, 180)]),
+                ("181m", [page1(fast_pct, 181), page6(fast_pct, 181), tick1(fast_pct, 181),
+                          tick3(fast_pct, 181)]),
             ],
         ),
         Case(
@@ -117,7 +126,7 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             alert,
             _hist(h, {"workload": "wl"}, {le: f"0+{slow_good}x200", "+Inf": f"0+{per_min}x200"})
             + healthy,
-            [("30m", []), ("180m", []), ("181m", [tick3(slow_pct)])],
+            [("30m", []), ("180m", []), ("181m", [tick3(slow_pct, 181)])],
         ),
         Case(
             # A fast burn for 10 minutes, then none: at 20m the 5m window is clean so the 1h/5m
@@ -134,8 +143,8 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
                 },
             ),
             [
-                ("10m", [page1(fast_pct)]),
-                ("20m", [page6(f"{fast_bad * 50:.4g}%")]),
+                ("10m", [page1(fast_pct, 10)]),
+                ("20m", [page6(f"{fast_bad * 50:.4g}%", 20)]),
             ],
         ),
     ]
@@ -161,7 +170,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                 [
                     ("5m", []),
                     ("10m", []),
-                    ("11m", [Fire(US1, _stuck_desc("us-1", "11m 0s"))]),
+                    ("11m", [Fire(US1, _stuck_desc("us-1", "11m 0s", 1))]),
                 ],
             ),
             Case(
@@ -181,7 +190,8 @@ def cases(config: Config) -> dict[str, list[Case]]:
                                 US2,
                                 "UnitSignal ns/us-2 (workload wl) has a pending generation "
                                 "whose spec fails the schema; the agent refuses it, so the unit "
-                                "will not follow its spec.",
+                                "will not follow its spec. UnitSignals of the workload stuck on "
+                                "an invalid spec: 1.",
                             )
                         ],
                     ),
@@ -265,7 +275,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: 95% of units became ready within 9m 45s over "
-                                "the last 5 minutes (threshold 300 s).",
+                                "the last 5 minutes (threshold 5m 0s).",
                             )
                         ],
                     ),
@@ -293,7 +303,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: the 95th percentile allocation ack time is 9.75s "
-                                "over the last 5 minutes (threshold 5 s).",
+                                "over the last 5 minutes (threshold 5s).",
                             )
                         ],
                     ),
@@ -320,7 +330,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: 25% of allocations ended undelivered over the "
-                                "last 5 minutes.",
+                                "last 5 minutes (threshold 5%), 5 allocations.",
                             )
                         ],
                     ),
@@ -379,7 +389,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: 20% of startups failed before the unit became "
-                                "ready over the last 5 minutes.",
+                                "ready over the last 5 minutes (threshold 10%).",
                             )
                         ],
                     ),
@@ -459,7 +469,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"workload": "wl"},
                                 "Workload wl: the last successful events route request was "
-                                "11m 0s ago.",
+                                "11m 0s ago (threshold 5m 0s).",
                             )
                         ],
                     ),
@@ -486,7 +496,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"scope": "*"},
                                 "Scope *: 0.10 failed lists or watches per second over the "
-                                "last 5 minutes.",
+                                "last 5 minutes (threshold 0.05/s).",
                             )
                         ],
                     ),
@@ -532,7 +542,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                             Fire(
                                 {"scope": "*"},
                                 "Scope *: the last watch event (bookmarks included) arrived "
-                                "21m 0s ago.",
+                                "21m 0s ago (threshold 15m 0s).",
                             )
                         ],
                     ),
@@ -593,17 +603,19 @@ def cases(config: Config) -> dict[str, list[Case]]:
     }
 
 
-def _stuck_desc(unitsignal: str, dur: str) -> str:
+def _stuck_desc(unitsignal: str, dur: str, count: int) -> str:
     return (
         f"UnitSignal ns/{unitsignal} (workload wl) has waited {dur} for its agent to observe "
-        "the latest spec generation."
+        f"the latest spec generation (threshold 5m 0s). UnitSignals of the workload waiting "
+        f"longer: {count}."
     )
 
 
 def _drain(workload: str, dur: str) -> Fire:
     return Fire(
         {"workload": workload},
-        f"Workload {workload}: a drain has run (or 95% of drains ran) for {dur}.",
+        f"Workload {workload}: a drain has run (or 95% of drains ran) for {dur} "
+        "(threshold 30m 0s).",
     )
 
 
@@ -619,12 +631,16 @@ def _alert_doc(config: Config, case: Case, t: str, fires: list[Fire]) -> dict[st
     a = defs[case.alert]
     exp = []
     for f in fires:
+        # The next step is static but for the alert's labels: expand those by hand.
+        labels = f.labels
+        next_step = re.sub(r"\{\{ \$labels\.(\w+) \}\}",
+                           lambda m, labels=labels: labels[m.group(1)], a.next_step)
         exp.append(
             {
                 "exp_labels": {"severity": f.severity or a.severity, **f.labels},
                 "exp_annotations": {
                     "summary": a.summary,
-                    "description": f.description,
+                    "description": f"{f.description} Next: {next_step}",
                     "runbook_url": f"{config.runbook_base}#{a.anchor}",
                 },
             }

@@ -8,8 +8,24 @@ the rules were built from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from alerts import recording
+
+# Where docs/ is published with each release (pyproject's Documentation URL); docs/runbooks.md
+# is its `runbooks/` page. Alerts link `<runbook_base>#<alert name in lower case>`.
+PROJECT_DOCS_URL = "https://docs.zaroz.cloud/units-exporter/"
+DEFAULT_RUNBOOK_BASE = PROJECT_DOCS_URL + "runbooks/"
+
+
+def check_runbook_base(url: str) -> str:
+    """An absolute http(s) URL without a fragment (the alert's anchor is appended to it)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment or "#" in url:
+        raise ValueError(
+            f"runbook base must be an absolute http(s) URL without '#', got {url!r}"
+        )
+    return url
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,34 @@ class SLO:
 
 
 @dataclass(frozen=True)
+class BurnRate:
+    """One multi-window burn-rate rule: both windows' error ratios above `factor` x budget.
+
+    Windows must be recorded ones (`recording.SLO_WINDOWS`): the rule reads their records.
+    """
+
+    long: str
+    short: str
+    factor: float
+    for_: str
+    severity: str
+
+    def __post_init__(self) -> None:
+        for w in (self.long, self.short):
+            if w not in recording.SLO_WINDOWS:
+                raise ValueError(f"burn-rate window {w} is not one of {recording.SLO_WINDOWS}")
+
+
+# The SRE workbook's four pairs; factors spend 2%/5%/10%/10% of a 30 d budget.
+DEFAULT_BURN_RATES = (
+    BurnRate("1h", "5m", 14.4, "2m", "critical"),
+    BurnRate("6h", "30m", 6.0, "15m", "critical"),
+    BurnRate("1d", "2h", 3.0, "1h", "warning"),
+    BurnRate("3d", "6h", 1.0, "3h", "warning"),
+)
+
+
+@dataclass(frozen=True)
 class Config:
     """Thresholds of the generated rules. Durations are seconds unless named `*_for`."""
 
@@ -52,6 +96,7 @@ class Config:
             SLO("allocation_ack", 0.99, 1.0),
         )
     )
+    burn_rates: tuple[BurnRate, ...] = DEFAULT_BURN_RATES
     # A generation waiting longer than this is stuck (agents observe within seconds).
     generation_lag_seconds: float = 300.0
     generation_lag_for: str = "5m"
@@ -86,9 +131,12 @@ class Config:
     kube_watch_event_for: str = "5m"
     absent_for: str = "5m"
     shard_missing_for: str = "5m"
-    runbook_base: str = (
-        "https://github.com/zaroz/zaroz-exporter/blob/main/docs/runbooks.md"
-    )
+    # Base of every alert's runbook_url: where docs/runbooks.md is published (see above).
+    # Installations that host their own copy set it (`python -m alerts --runbook-base`).
+    runbook_base: str = DEFAULT_RUNBOOK_BASE
+
+    def __post_init__(self) -> None:
+        check_runbook_base(self.runbook_base)
 
     def slo(self, key: str) -> SLO:
         for s in self.slos:

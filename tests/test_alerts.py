@@ -83,7 +83,7 @@ def test_alerts_have_prefix_severity_and_annotations() -> None:
         assert "$labels" in ann["description"] or "$value" in ann["description"] or (
             name == "ZarozExporterAbsent"
         ), name
-        assert ann["runbook_url"].endswith(f"docs/runbooks.md#{name.lower()}"), name
+        assert ann["runbook_url"] == f"{DEFAULT_CONFIG.runbook_base}#{name.lower()}", name
 
 
 def test_required_alerts_exist() -> None:
@@ -178,3 +178,37 @@ def test_promql_selectors() -> None:
         "group_left () b_total offset 1m and time() - c > 0"
     )
     assert promql.metric_selectors(expr) == ['a_bucket{le="1",x=~"a}b"}', "b_total", "c"]
+
+
+def test_descriptions_say_value_threshold_and_next_step() -> None:
+    """What an on-call engineer needs in the notification itself: the value against the
+    threshold it crossed (in the same units) and what to do first."""
+    for rule in _rule_docs():
+        if "alert" not in rule:
+            continue
+        name, desc = rule["alert"], rule["annotations"]["description"]
+        assert re.search(r"\. Next: [a-z].+[.?]$", desc), f"{name}: no next step: {desc}"
+        # A comparison with a configured number (not `> 0`, not `== 1`) is a threshold.
+        if re.search(r"> (?!0\b)\(?[0-9.]+", str(rule["expr"])):
+            assert "(threshold " in desc, f"{name}: no threshold in {desc}"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.25, "250ms"), (5, "5s"), (9.75, "9.75s"), (60, "1m 0s"), (300, "5m 0s"),
+     (900, "15m 0s"), (3600, "1h 0m 0s"), (90061, "1d 1h 1m 1s")],
+)
+def test_human_duration_matches_prometheus(seconds: float, text: str) -> None:
+    """Thresholds read like the `humanizeDuration` values next to them (promtool tests render
+    the latter: '9m 45s', '11m 0s')."""
+    assert alerting.human_duration(seconds) == text
+
+
+def test_burn_rate_pairs_are_configurable() -> None:
+    from alerts.config import BurnRate
+
+    cfg = Config(burn_rates=(BurnRate("1h", "5m", 14.4, "10s", "critical"),))
+    burns = [a for a in alerting.alerts(cfg) if a.name == "ZarozReadinessBudgetBurn"]
+    assert [(a.for_, a.extra_labels) for a in burns] == [("10s", {"long": "1h", "short": "5m"})]
+    with pytest.raises(ValueError, match="window"):
+        BurnRate("2d", "5m", 1.0, "1h", "warning")

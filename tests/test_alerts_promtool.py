@@ -47,3 +47,20 @@ def test_alertmanager_routes_by_severity() -> None:
             capture_output=True, text=True, timeout=60,
         )
         assert proc.stdout.strip() == receiver, (severity, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    "name", ["zaroz.slack.title", "zaroz.slack.text", "zaroz.email.subject", "zaroz.email.text"]
+)
+def test_amtool_renders_the_notification_templates(name: str) -> None:
+    """alerts/templates/*.tmpl parse and render in Alertmanager's own template engine (amtool's
+    example data; tests/test_alerts_e2e.py renders them on real alerts)."""
+    amtool = require("amtool")
+    proc = subprocess.run(
+        [amtool, "template", "render",
+         f"--template.glob={ROOT / 'alerts' / 'templates' / '*.tmpl'}",
+         f'--template.text={{{{ template "{name}" . }}}}'],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip(), f"{name} rendered nothing"

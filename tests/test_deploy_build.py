@@ -433,3 +433,45 @@ def test_crd_cannot_check_label_keys() -> None:
     assert "not enforced by this CRD" in labels["description"]
     crd = jsonschema.Draft202012Validator(_as_jsonschema(labels))
     assert crd.is_valid(spec["labels"])
+
+
+@pytest.mark.parametrize("overlay", ["base", "sharded"])
+def test_runbook_base_component_rewrites_every_runbook_url(overlay: str, tmp_path: Path) -> None:
+    """deploy/components/runbook-base: an operator's overlay sets the runbook base in one place;
+    every alert keeps its anchor and the configuring ConfigMap is not applied."""
+    import os
+
+    from alerts.config import DEFAULT_RUNBOOK_BASE
+
+    base = "https://wiki.example.internal/sre/zaroz-runbooks"
+    deploy = Path(os.path.relpath(ROOT / "deploy", tmp_path))
+    target = deploy / "base" if overlay == "base" else deploy / "overlays" / overlay
+    (tmp_path / "runbooks.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "zaroz-exporter-runbooks",
+                     "annotations": {"config.kubernetes.io/local-config": "true"}},
+        "data": {"base": base},
+    }))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [str(target), "runbooks.yaml"],
+        "components": [str(deploy / "components" / "runbook-base")],
+    }))
+    out = subprocess.run([_kubectl(), "kustomize", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert not [d for d in docs if d["metadata"]["name"] == "zaroz-exporter-runbooks"]
+    got = {
+        r["alert"]: r["annotations"]["runbook_url"]
+        for d in docs if d["kind"] == "PrometheusRule"
+        for g in d["spec"]["groups"] for r in g["rules"] if "alert" in r
+    }
+    default = {
+        r["alert"]: r["annotations"]["runbook_url"]
+        for d in build(overlay) if d["kind"] == "PrometheusRule"
+        for g in d["spec"]["groups"] for r in g["rules"] if "alert" in r
+    }
+    assert got and set(got) == set(default)
+    for name, url in got.items():
+        assert default[name].startswith(DEFAULT_RUNBOOK_BASE + "#")
+        assert url == base + "#" + default[name].split("#", 1)[1], name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class _Unit:
     seq: int = 0
     stuck: bool = False  # the agent stops acknowledging new generations
     invalid: bool = False  # the kernel wrote a spec that fails the schema
+    valid_key: str = ""  # the key before it was made invalid
     status: dict[str, Any] = field(default_factory=dict)
 
 
@@ -43,14 +45,44 @@ def _status() -> dict[str, Any]:
 
 
 class ClusterMirror:
-    """Applies a workload's envelopes to UnitSignals; call `apply` with each new batch."""
+    """Applies a workload's envelopes to UnitSignals; call `apply` with each new batch.
 
-    def __init__(self, kube: KubeEmulator, *, seed: int = 1, p_stuck: float = 0.05) -> None:
+    Scenario knobs: `p_stuck` of agents (any workload) stop acknowledging; every agent of
+    `stuck_workloads` does; one unit of each of `invalid_spec_workloads` (default: every
+    workload) gets an invalid spec. `recover()` ends both, as an operator's fix would.
+    """
+
+    def __init__(self, kube: KubeEmulator, *, seed: int = 1, p_stuck: float = 0.05,
+                 stuck_workloads: Iterable[str] = (),
+                 invalid_spec_workloads: Iterable[str] | None = None) -> None:
         self.kube = kube
         self.rng = random.Random(seed)
         self.p_stuck = p_stuck
+        self.stuck_workloads = frozenset(stuck_workloads)
+        self.invalid_spec_workloads = (
+            None if invalid_spec_workloads is None else frozenset(invalid_spec_workloads)
+        )
         self.units: dict[str, _Unit] = {}
         self.invalid_done: set[str] = set()
+        self.recovered = False
+
+    def recover(self) -> int:
+        """Restart the stuck agents (they observe the current generation) and write a valid
+        spec over each invalid one (a new generation, observed); no new faults after this.
+        Returns the UnitSignals fixed."""
+        self.recovered = True
+        fixed = 0
+        for u in list(self.units.values()):
+            if u.invalid:
+                u.invalid = False
+                u.spec = dict(u.spec, key=u.valid_key, generation=u.spec["generation"] + 1)
+                self.kube.update_spec(u.namespace, u.name, u.spec)
+            elif not u.stuck:
+                continue
+            u.stuck = False
+            self._status(u, {}, observe=True)
+            fixed += 1
+        return fixed
 
     def apply(self, workload: str, envelopes: list[dict[str, Any]]) -> None:
         for ev in envelopes:
@@ -79,7 +111,8 @@ class ClusterMirror:
                            if _SPEC_LABEL.fullmatch(k)},
                 "userData": {"level": "demo"},
                 "allocation": None, "draining": False}
-        u = _Unit(ns, name, spec, stuck=self.rng.random() < self.p_stuck)
+        stuck = self.rng.random() < self.p_stuck or workload in self.stuck_workloads
+        u = _Unit(ns, name, spec, stuck=stuck and not self.recovered)
         self.units[unit["id"]] = u
         self.kube.create(ns, name, spec, labels={WORKLOAD_LABEL: workload})
 
@@ -146,11 +179,17 @@ class ClusterMirror:
         u.spec["generation"] += 1
         if isinstance(u.spec.get("allocation"), dict):
             u.spec["allocation"] = dict(u.spec["allocation"], generation=u.spec["generation"])
-        if workload not in self.invalid_done and u.spec["generation"] >= 3:
+        if self._invalid_next(workload) and u.spec["generation"] >= 3:
             self.invalid_done.add(workload)  # one unit a workload gets a spec the agent refuses
             u.invalid = True
+            u.valid_key = u.spec["key"]
             u.spec["key"] = "Not A Valid Key"
         self.kube.update_spec(u.namespace, u.name, u.spec)
+
+    def _invalid_next(self, workload: str) -> bool:
+        return not self.recovered and workload not in self.invalid_done and (
+            self.invalid_spec_workloads is None or workload in self.invalid_spec_workloads
+        )
 
     def _status(self, u: _Unit, changes: dict[str, Any], observe: bool = False) -> None:
         if not u.status:

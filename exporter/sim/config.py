@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 _NS = 1_000_000_000
 DEFAULT_SLUGS = (
@@ -68,6 +69,22 @@ class SimConfig:
     p_drain_reason_missing: float = 0.05
     p_drain_reason_unknown: float = 0.03
     p_accepting_toggle: float = 0.1  # per allocation gap: not_accepting then accepting again
+    # Scenario knob: workload id -> fields that differ for that workload, e.g. an incident in
+    # one workload ({"wl-3": {"p_undelivered": 0.6, "readiness": LogNormal(150.0, 0.2)}}).
+    workload_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = {f.name for f in fields(self)} - {"workload_overrides", "seed", "workloads",
+                                                 "slugs", "start_ns"}
+        for wl, over in self.workload_overrides.items():
+            unknown = set(over) - names
+            if unknown:
+                raise ValueError(f"workload_overrides[{wl}]: not per-workload knobs {unknown}")
+
+    def for_workload(self, workload_id: str) -> SimConfig:
+        """This config with the workload's overrides applied (itself when there are none)."""
+        over = self.workload_overrides.get(workload_id)
+        return replace(self, workload_overrides={}, **over) if over else self
 
     def workload_list(self) -> list[Workload]:
         """Ids `wl-<n>` from 1, slugs from `slugs` (suffixed when they run out)."""

@@ -30,6 +30,7 @@ _HeapItem = tuple[int, int, int, Planned]  # (log_ns, unit index or -1, step, ev
 @dataclass
 class _WorkloadState:
     wl: Workload
+    config: SimConfig  # with the workload's overrides
     instances: tuple[str, ...]
     arrivals: random.Random
     scaling: random.Random
@@ -53,12 +54,13 @@ class Simulator:
         self._states = {wl.id: self._new_state(wl) for wl in self.workloads}
 
     def _new_state(self, wl: Workload) -> _WorkloadState:
-        cfg = self.config
+        cfg = self.config.for_workload(wl.id)
         seed = f"{cfg.seed}:{wl.id}"
         ids = random.Random(f"{seed}:instances")
         instances = tuple(f"platform-{ids.getrandbits(32):08x}" for _ in range(2))
         state = _WorkloadState(
             wl,
+            cfg,
             instances,
             random.Random(f"{seed}:arrivals"),
             random.Random(f"{seed}:scaling"),
@@ -97,7 +99,7 @@ class Simulator:
 
     def _create(self, state: _WorkloadState, limit_ns: int) -> None:
         """Plan units and scale events whose creation time is at or before limit_ns."""
-        cfg = self.config
+        cfg = state.config
         while state.next_arrival_ns <= limit_ns:
             state.units += 1
             for step, ev in enumerate(plan_unit(cfg, state.wl, state.units, state.next_arrival_ns)):
@@ -120,7 +122,7 @@ class Simulator:
         state.desired = after
         form = random_form(rng)
         data: dict[str, Any] = {"from": before, "to": after, "reason": reason}
-        extra = extras(rng, self.config.p_unknown_fields, data)
+        extra = extras(rng, state.config.p_unknown_fields, data)
         return Planned(t_ns, "units.scaled", floor_ns(t_ns, form.digits), form, None, data, extra)
 
     def _release(self, state: _WorkloadState, t_ns: int | None) -> list[dict[str, Any]]:
