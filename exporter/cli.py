@@ -166,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
          action="store_true", default=False)
     _add(demo, "--duration", help="stop after this many seconds (0: run until interrupted)",
          type=float, default=0.0)
+    _add(demo, "--history", help="seconds of simulated history written at start, so the "
+         "overview has data at once", type=float, default=300.0)
     _common(demo)
     return parser
 
