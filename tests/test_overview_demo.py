@@ -85,8 +85,11 @@ async def test_demo_overview_within_30s() -> None:
         await demo.stop()
     for wl in workloads:
         assert f'data-workload="{wl}"' in html
-    for key in behind:
+    for key in invalid:
         assert f'data-unitsignal="{key}"' in html
+    oldest = [f"{r['namespace']}/{r['name']}" for r in data["unitsignals"]["oldest_unobserved"]]
+    assert sum(f'data-unitsignal="{k}"' in html for k in oldest[:20]) >= min(10, len(oldest))
     assert 'href="metrics"' in html and 'href="readyz"' in html
     assert 'href="dashboards/zaroz-units.json"' in html and 'href="docs/metrics.md"' in html
     assert "<script" not in html and "http://" not in html.split("</header>")[1]
+    assert "src=" not in html  # everything inline: nothing to fetch

@@ -13,11 +13,12 @@ from exporter import __version__, catalog
 from exporter.overview.history import BOUNDS, MEASUREMENTS, History, Snapshot, delta, take
 from exporter.overview.quantiles import bucket_quantile
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.series import CallbackSeries
 
 WINDOW_S = 300.0  # "the last few minutes" of the percentiles
 TREND_POINTS = 10  # p95 points over the window
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-SIGNAL_LIMIT = 50  # UnitSignals listed per list
+SIGNAL_LIMIT = 200  # UnitSignals listed per list (the page shows the oldest few)
 
 Readiness = Callable[[], tuple[bool, str]]
 
@@ -41,7 +42,9 @@ def _by_workload(registry: Registry, name: str, label: int | None = None) -> dic
 
 
 def _gauge(registry: Registry, name: str) -> dict[tuple[str, ...], float]:
-    return {k: s.value for k, s in registry[name].series.items()}  # type: ignore[union-attr]
+    """Gauge values; those read at scrape time (CallbackSeries) are read now."""
+    return {k: s.fn() if isinstance(s, CallbackSeries) else s.value  # type: ignore[union-attr]
+            for k, s in registry[name].series.items()}
 
 
 def _measurement(history: History, current: Snapshot, window: float, wl: str, m: str

@@ -7,10 +7,11 @@ from typing import Any
 
 from exporter import catalog
 from exporter.overview import svg
-from exporter.overview.style import CSS
+from exporter.overview.style import CSS, ICON
 
 REFRESH_S = 15
 WORKLOADS_SHOWN = 60  # the slowest first; the JSON has them all
+SIGNALS_SHOWN = 20  # per list; the JSON has more
 TITLES = {"ready": "readiness", "ack": "allocation ack", "drain": "drain"}
 
 
@@ -26,7 +27,8 @@ def outcome_block(title: str, parts: list[tuple[str, int]]) -> str:
 
 
 def measurement_block(title: str, m: dict[str, Any], bounds: list[float], window: float) -> str:
-    qs = "".join(f"<span>{q} <b>{svg.fmt_s(m[q])}</b></span>" for q in ("p50", "p95", "p99"))
+    qs = "".join(f'<span>{q} <b style="color:{svg.MARKS[q]}">{svg.fmt_s(m[q])}</b></span>'
+                 for q in ("p50", "p95", "p99"))
     hist = svg.histogram(bounds, m["buckets"], {q: m[q] for q in ("p50", "p95", "p99")},
                          label=f"{title}: {m['count']} in the last {window:.0f} s")
     spark = svg.sparkline(m["trend_p95"], label=f"{title} p95 trend")
@@ -63,8 +65,12 @@ def _worst(w: dict[str, Any]) -> float:
 def signal_table(rows: list[dict[str, Any]], empty: str) -> str:
     if not rows:
         return f'<p class="muted">{escape(empty)}</p>'
-    head = ("<tr><th>namespace/name</th><th>workload</th><th>unit</th><th>lag</th>"
-            "<th>unobserved for</th><th>spec</th></tr>")
+    head = ('<colgroup><col style="width:33%"><col style="width:11%"><col style="width:29%">'
+            '<col style="width:8%"><col style="width:10%"><col style="width:9%"></colgroup>'
+            '<tr><th>namespace/name</th><th>workload</th><th>unit</th>'
+            '<th title="generations not observed by the agent">behind</th>'
+            '<th title="since the oldest unobserved generation was written">for</th>'
+            "<th>spec</th></tr>")
     body = "".join(
         f'<tr data-unitsignal="{escape(r["namespace"])}/{escape(r["name"])}">'
         f'<td><code>{escape(r["namespace"])}/{escape(r["name"])}</code></td>'
@@ -72,8 +78,11 @@ def signal_table(rows: list[dict[str, Any]], empty: str) -> str:
         f'<td><code>{escape(r["unit_id"])}</code></td><td class="n">{r["generation_lag"]}</td>'
         f'<td class="n">{svg.fmt_s(r["unobserved_for_s"])}</td>'
         f'<td>{"valid" if r["spec_valid"] else "<b class=bad>invalid</b>"}</td></tr>'
-        for r in rows)
-    return f"<table>{head}{body}</table>"
+        for r in rows[:SIGNALS_SHOWN])
+    more = (f'<p class="muted">the oldest {SIGNALS_SHOWN} of {len(rows)} shown; '
+            'all are in <a href="api/overview">the JSON</a></p>' if len(rows) > SIGNALS_SHOWN
+            else "")
+    return f"<table>{head}{body}</table>{more}"
 
 
 def render(data: dict[str, Any], links: dict[str, str]) -> str:
@@ -113,7 +122,7 @@ def render(data: dict[str, Any], links: dict[str, str]) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f'<meta http-equiv="refresh" content="{REFRESH_S}">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>zaroz exporter overview</title><style>{CSS}</style></head><body>"
+        f"<title>zaroz exporter overview</title>{ICON}<style>{CSS}</style></head><body>"
         f'<header><h1>zaroz units exporter</h1><span>version {escape(h["version"])}</span>'
         f"<nav>{nav}</nav></header><main>"
         f'<div class="health">{health}</div>'

@@ -30,9 +30,17 @@ min-width:150px}
 table{border-collapse:collapse;background:#fff;width:100%;table-layout:fixed}
 th,td{border-bottom:1px solid #eee;padding:4px 8px;text-align:left;overflow-wrap:anywhere;
 vertical-align:top}
-th{background:#f0f2f5;font-weight:600}
+th{background:#f0f2f5;font-weight:600;overflow-wrap:normal}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 svg{display:block;max-width:100%;height:auto}
+svg.hist,svg.stack{width:100%}
 code{font-size:12px;overflow-wrap:anywhere}
 .nodata{color:#888;font-size:12px;margin:4px 0}
 """
+
+# A small bar-chart icon, inline (no /favicon.ico request, so no 404 in the console).
+ICON = ("<link rel=\"icon\" href=\"data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' "
+        "viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='3' fill='%231f2937'/%3E"
+        "%3Crect x='3' y='8' width='2' height='5' fill='%2356B4E9'/%3E%3Crect x='7' y='4' "
+        "width='2' height='9' fill='%2356B4E9'/%3E%3Crect x='11' y='6' width='2' height='7' "
+        "fill='%23E69F00'/%3E%3C/svg%3E\">")

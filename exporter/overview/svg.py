@@ -39,13 +39,13 @@ def _bucket_pos(v: float, bounds: Sequence[float]) -> float:
 
 
 def histogram(bounds: Sequence[float], counts: Sequence[int], marks: dict[str, float | None],
-              *, width: int = 300, height: int = 92, label: str = "") -> str:
+              *, width: int = 300, height: int = 80, label: str = "") -> str:
     """Bars per bucket (equal widths: the bounds are roughly logarithmic), quantile lines."""
     n = len(counts)
     top = max(counts) if counts else 0
     if top <= 0:
         return ""
-    pad_b, pad_t = 16, 12
+    pad_b, pad_t = 14, 4
     bw = width / n
     ph = height - pad_b - pad_t
     parts = [f'<svg class="chart hist" role="img" viewBox="0 0 {width} {height}" '
@@ -69,9 +69,7 @@ def histogram(bounds: Sequence[float], counts: Sequence[int], marks: dict[str, f
         x = min(_bucket_pos(v, bounds), n - 0.01) * bw
         col = MARKS.get(name, "#000")
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{pad_t - 2}" y2="{pad_t + ph}" '
-                     f'stroke="{col}" stroke-width="1.5"><title>{name} {fmt_s(v)}</title></line>'
-                     f'<text x="{x:.1f}" y="{pad_t - 3}" font-size="9" text-anchor="middle" '
-                     f'fill="{col}">{name}</text>')
+                     f'stroke="{col}" stroke-width="2"><title>{name} {fmt_s(v)}</title></line>')
     parts.append(f'<line x1="0" x2="{width}" y1="{pad_t + ph}" y2="{pad_t + ph}" '
                  f'stroke="#999"/></svg>')
     return "".join(parts)
@@ -81,7 +79,7 @@ def sparkline(values: Sequence[float | None], *, width: int = 120, height: int =
               label: str = "") -> str:
     """A line through the known points (None: no data in that step)."""
     pts = [(i, v) for i, v in enumerate(values) if v is not None]
-    if len(pts) < 2:
+    if len(pts) < 3:  # two points make a slope out of nothing
         return ""
     lo = min(v for _, v in pts)
     hi = max(v for _, v in pts)
