@@ -114,31 +114,55 @@ def stacked(parts: Sequence[tuple[str, int]], *, width: int = 300, height: int =
     return "".join(out)
 
 
-def lanes(rows: Sequence[tuple[str, Sequence[tuple[float, float, str, str]]]], t0: float,
-          t1: float, colors: dict[str, str], *, width: int = 760, lane: int = 18,
-          label_w: int = 150) -> str:
-    """One lane per row: (label, [(start, end, phase, tooltip)]), times in seconds."""
-    if not rows or t1 <= t0:
+def lane(segs: Sequence[tuple[float, float, str, str]], span: float, colors: dict[str, str],
+         *, width: int = 520, height: int = 16) -> str:
+    """One unit's timeline: (start, end, phase, tooltip) segments, seconds from its creation, on
+    a scale of `span` seconds shared by the lanes of a table."""
+    if not segs or span <= 0:
         return ""
-    span = t1 - t0
-    plot = width - label_w - 4
-    height = lane * len(rows) + 16
-    out = [f'<svg class="chart lanes" role="img" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" data-points="{sum(len(r[1]) for r in rows)}">']
-    for i, (name, segs) in enumerate(rows):
-        y = i * lane
-        out.append(f'<text x="0" y="{y + lane - 5}" font-size="10" fill="#333">'
-                   f"{escape(name[:24])}</text>")
-        for a, b, phase, tip in segs:
-            x = label_w + (a - t0) / span * plot
-            w = max(1.5, (b - a) / span * plot)
-            out.append(f'<rect class="bar" x="{x:.1f}" y="{y + 2}" width="{w:.1f}" '
-                       f'height="{lane - 4}" fill="{colors.get(phase, "#999")}">'
-                       f"<title>{escape(tip)}</title></rect>")
-    ticks = 5
-    for k in range(ticks + 1):
-        x = label_w + k * plot / ticks
-        out.append(f'<text x="{x:.1f}" y="{height - 3}" font-size="9" text-anchor="middle" '
-                   f'fill="#555">+{fmt_s(k * span / ticks)}</text>')
+    out = [f'<svg class="chart lane" role="img" viewBox="0 0 {width} {height}" '
+           f'width="{width}" height="{height}" data-points="{len(segs)}">']
+    for a, b, phase, tip in segs:
+        x = a / span * width
+        w = max(1.5, (b - a) / span * width)
+        out.append(f'<rect class="bar" x="{x:.1f}" y="1" width="{w:.1f}" height="{height - 2}" '
+                   f'fill="{colors.get(phase, "#999")}"><title>{escape(tip)}</title></rect>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def trend(series: dict[str, Sequence[float | None]], colors: dict[str, str], *,
+          width: int = 300, height: int = 70, start: str = "", end: str = "") -> str:
+    """Lines over equal time bins (None: no observation in the bin), y from 0 to the highest."""
+    top = max((v for vs in series.values() for v in vs if v is not None), default=None)
+    n = max((len(vs) for vs in series.values()), default=0)
+    if top is None or top <= 0 or n < 2:
+        return ""
+    pad_t, pad_b, pad_l = 4, 13, 44
+    ph, pw = height - pad_t - pad_b, width - pad_l - 2
+    known = sum(v is not None for vs in series.values() for v in vs)
+    out = [f'<svg class="chart trend" role="img" viewBox="0 0 {width} {height}" width="{width}" '
+           f'height="{height}" data-points="{known}">',
+           f'<text x="{pad_l - 3}" y="{pad_t + 8}" font-size="9" text-anchor="end" '
+           f'fill="#555">{escape(fmt_s(top))}</text>',
+           f'<text x="{pad_l - 3}" y="{pad_t + ph}" font-size="9" text-anchor="end" '
+           f'fill="#555">0</text>',
+           f'<line x1="{pad_l}" x2="{width}" y1="{pad_t + ph}" y2="{pad_t + ph}" stroke="#999"/>']
+    if start:
+        out.append(f'<text x="{pad_l}" y="{height - 2}" font-size="9" fill="#555">'
+                   f"{escape(start)}</text>")
+    if end:
+        out.append(f'<text x="{width - 2}" y="{height - 2}" font-size="9" text-anchor="end" '
+                   f'fill="#555">{escape(end)}</text>')
+    dx = pw / (n - 1)
+    for name, vs in series.items():
+        pts = [f"{pad_l + i * dx:.1f},{pad_t + ph - v / top * ph:.1f}"
+               for i, v in enumerate(vs) if v is not None]
+        if len(pts) == 1:
+            pts.append(pts[0])
+        if pts:
+            out.append(f'<polyline points="{" ".join(pts)}" fill="none" '
+                       f'stroke="{colors.get(name, "#000")}" stroke-width="1.5">'
+                       f"<title>{escape(name)}</title></polyline>")
     out.append("</svg>")
     return "".join(out)
