@@ -11,6 +11,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
 COPY schemas ./schemas
+COPY dashboards/json ./dashboards/json
+COPY docs ./docs
 # Every dependency ships manylinux wheels; the slim image has no compiler, so a dependency that
 # would need one fails the build here instead of pulling build tools into the image.
 RUN pip install --prefix=/install .

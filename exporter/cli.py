@@ -157,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
          action="store_true", default=False, scope="REPLAY_")
     _add(replay, "--otlp-endpoint", help="also export each unit's lifecycle as an OTLP trace "
          "to this base URL (as OTEL_EXPORTER_OTLP_ENDPOINT)", default=None, scope="REPLAY_")
+    _add(replay, "--report", help="also write a self-contained HTML incident report to this "
+         "file (distributions, trends, slowest units' timelines, anomalies)", default=None,
+         scope="REPLAY_")
 
     demo = sub.add_parser("demo", formatter_class=_Formatter,
                           help="simulated platform + exporter on loopback",
@@ -172,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
          action="store_true", default=False)
     _add(demo, "--duration", help="stop after this many seconds (0: run until interrupted)",
          type=float, default=0.0)
+    _add(demo, "--history", help="seconds of simulated history written at start, so the "
+         "overview has data at once", type=float, default=300.0)
     _common(demo)
     return parser
 
@@ -185,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter import replay
 
         return replay.run(args.files, args.workload, args.summary, args.openmetrics,
-                          otlp_endpoint=args.otlp_endpoint)
+                          otlp_endpoint=args.otlp_endpoint, report=args.report)
     from exporter import logs
 
     logs.setup(args.log_level, args.log_format)

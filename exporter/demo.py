@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from exporter.serve import run_until_stopped, start
+from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.serve import Running, run_until_stopped, start
 from exporter.sim.cluster import ClusterMirror
 from exporter.sim.config import SimConfig
 from exporter.sim.faults import FaultKind, FaultPlan
@@ -16,35 +21,92 @@ from exporter.sim.route import LiveFeed, RouteServer
 log = logging.getLogger("exporter.demo")
 DEMO_FAULT_RATE = 0.02  # per request and fault kind, when --faults is on
 DEMO_FAULT_KINDS = (FaultKind.STATUS, FaultKind.DROP, FaultKind.TRUNCATE, FaultKind.SLOW)
+Listener = Callable[[str, list[dict[str, Any]]], None]
 
 
-async def run(args: argparse.Namespace) -> None:
+class EventStamp:
+    """The simulated API server's clock: the time of the event being mirrored (wall time
+    otherwise), so the history written at start keeps its own times in the UnitSignals' stamps
+    instead of all being stamped now."""
+
+    def __init__(self) -> None:
+        self.ns: int | None = None
+
+    def __call__(self) -> int:
+        return time.time_ns() if self.ns is None else self.ns
+
+    def mirrored(self, apply: Listener) -> Listener:
+        def each(workload: str, envelopes: list[dict[str, Any]]) -> None:
+            for ev in envelopes:
+                try:
+                    self.ns = parse_rfc3339_ns(ev["occurred_at"])
+                except (KeyError, TypeError, ValueError):
+                    self.ns = None
+                apply(workload, [ev])
+            self.ns = None
+        return each
+
+
+@dataclass
+class Demo:
+    """A started demo: the simulated platform and the exporter tailing it."""
+
+    running: Running
+    route: RouteServer
+    kube: KubeEmulator
+    mirror: ClusterMirror
+    feed: LiveFeed
+    route_url: str
+    kube_url: str
+
+    async def stop(self) -> None:
+        await self.running.stop()
+        await self.feed.stop()
+        await self.route.stop()
+        await self.kube.stop()
+
+
+async def start_demo(args: argparse.Namespace) -> Demo:
     config = SimConfig(seed=args.seed, workloads=args.workloads, arrival_rate=args.rate)
     rates = {k: DEMO_FAULT_RATE for k in DEMO_FAULT_KINDS} if args.faults else None
     route = RouteServer(config.workload_list(), faults=FaultPlan(rates=rates, seed=args.seed))
-    kube = KubeEmulator(seed=args.seed, bookmark_interval_s=10.0)
+    stamp = EventStamp()
+    kube = KubeEmulator(seed=args.seed, bookmark_interval_s=10.0, clock=stamp)
     mirror = ClusterMirror(kube, seed=args.seed)
-    feed = LiveFeed(route, config, listeners=[mirror.apply])
+    feed = LiveFeed(route, config, listeners=[stamp.mirrored(mirror.apply)],
+                    history_s=args.history)
     route_url = await route.start(*_host_port(args.route_listen))
     kube_url = await kube.start()
     feed.start()
     try:
         running = await start(demo_serve_args(args, route_url, kube_url))
-        print(
-            f"zaroz exporter demo\n"
-            f"  simulated events route  {route_url}/v1/workloads\n"
-            f"  simulated Kubernetes    {kube_url}/apis/units.zaroz.cloud/v1/unitsignals\n"
-            f"  exporter                {running.url}/\n"
-            f"  metrics                 {running.url}/metrics\n"
-            f"  readiness               {running.url}/readyz\n"
-            "Press Ctrl-C to stop.",
-            flush=True,
-        )
-        await run_until_stopped(running, args.duration)
-    finally:
+    except BaseException:
         await feed.stop()
         await route.stop()
         await kube.stop()
+        raise
+    return Demo(running, route, kube, mirror, feed, route_url, kube_url)
+
+
+async def run(args: argparse.Namespace) -> None:
+    demo = await start_demo(args)
+    url = demo.running.url
+    print(
+        f"zaroz exporter demo\n"
+        f"  simulated events route  {demo.route_url}/v1/workloads\n"
+        f"  simulated Kubernetes    {demo.kube_url}/apis/units.zaroz.cloud/v1/unitsignals\n"
+        f"  overview                {url}/\n"
+        f"  metrics                 {url}/metrics\n"
+        f"  readiness               {url}/readyz\n"
+        "Press Ctrl-C to stop.",
+        flush=True,
+    )
+    try:
+        await run_until_stopped(demo.running, args.duration)  # stops the exporter
+    finally:
+        await demo.feed.stop()
+        await demo.route.stop()
+        await demo.kube.stop()
 
 
 def demo_serve_args(args: argparse.Namespace, route_url: str,

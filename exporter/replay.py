@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from exporter.model.observations import Observer
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
@@ -85,34 +86,48 @@ ANOMALIES = (
 )
 
 
-def summary(pipeline: Pipeline, out: IO[str]) -> None:
-    reg = pipeline.registry
-    rows = [("workload", "measurement", "count", "p50 s", "p95 s", "p99 s")]
+MEASURES = ("ready", "allocation_ack", "drain")
+
+
+def summary_rows(pipeline: Pipeline) -> list[tuple[str, ...]]:
+    """(workload, measurement, count, p50, p95, p99) as the summary prints them (seconds, 6
+    decimals, "-" without data); the report shows the same rows."""
+    rows = []
     for wl, log in pipeline.logs.items():
         obs: SummaryMetrics = log.obs  # type: ignore[assignment]
-        for m in ("ready", "allocation_ack", "drain"):
+        for m in MEASURES:
             xs = sorted(obs.samples.get(m, ()))
             qs = [quantile(xs, q) for q in (0.5, 0.95, 0.99)]
             rows.append((wl, m, str(len(xs)), *(f"{v:.6f}" if v == v else "-" for v in qs)))
+    return rows
+
+
+def anomaly_rows(pipeline: Pipeline) -> list[tuple[str, ...]]:
+    """(workload, events, each of ANOMALIES, unknown types) as counts."""
+    reg = pipeline.registry
+    rows = []
+    ev = reg["zaroz_events_total"]
+    for wl in pipeline.logs:
+        unknown = sum(s.value for k, s in ev.series.items() if k == (wl, "unknown"))  # type: ignore[union-attr]
+        rows.append((
+            wl, str(_counter(reg, "zaroz_events_total", wl)),
+            *(str(_counter(reg, n, wl)) for _, n in ANOMALIES), str(int(unknown)),
+        ))
+    return rows
+
+
+def _table(rows: list[tuple[str, ...]], out: IO[str]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+def summary(pipeline: Pipeline, out: IO[str]) -> None:
+    _table([("workload", "measurement", "count", "p50 s", "p95 s", "p99 s"),
+            *summary_rows(pipeline)], out)
     out.write("\n")
-    arows = [("workload", "events", *(a for a, _ in ANOMALIES), "unknown types")]
-    for wl in pipeline.logs:
-        ev = reg["zaroz_events_total"]
-        unknown = sum(s.value for k, s in ev.series.items() if k == (wl, "unknown"))  # type: ignore[union-attr]
-        arows.append(
-            (
-                wl,
-                str(_counter(reg, "zaroz_events_total", wl)),
-                *(str(_counter(reg, n, wl)) for _, n in ANOMALIES),
-                str(int(unknown)),
-            )
-        )
-    widths = [max(len(r[i]) for r in arows) for i in range(len(arows[0]))]
-    for r in arows:
-        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    _table([("workload", "events", *(a for a, _ in ANOMALIES), "unknown types"),
+            *anomaly_rows(pipeline)], out)
 
 
 def _trace_sink(otlp_endpoint: str) -> TraceSink:
@@ -144,23 +159,52 @@ def run(
     as_summary: bool,
     openmetrics: bool,
     otlp_endpoint: str | None = None,
+    report: str | None = None,
 ) -> int:
     """`otlp_endpoint` (a base URL, like OTEL_EXPORTER_OTLP_ENDPOINT): export every unit's
-    lifecycle as traces too, with the OTEL_* environment for the rest (headers, protocol)."""
+    lifecycle as traces too, with the OTEL_* environment for the rest (headers, protocol).
+    `report`: also write the HTML incident report there, from the same pass."""
     paths = [Path(f) for f in files]
     missing = [p for p in paths if not p.is_file()]
     if missing:
         for p in missing:
             print(f"zaroz-exporter replay: no such file: {p}", file=sys.stderr)
         return 2
+    if report:
+        try:
+            with open(report, "w", encoding="utf-8"):
+                pass  # writable now, not after the whole log
+        except OSError as e:
+            print(f"zaroz-exporter replay: --report {report}: {e}", file=sys.stderr)
+            return 2
+    factory: Callable[[Registry, str], Observer] = \
+        SummaryMetrics if as_summary else WorkloadMetrics
+    cursor = None
+    if report:
+        from exporter.report.record import Cursor, apply_files_recorded, recording
+
+        cursor = Cursor()
+        factory = recording(cursor)
     pipeline = Pipeline(
-        observer_factory=SummaryMetrics if as_summary else WorkloadMetrics,
+        observer_factory=factory,
         traces=_trace_sink(otlp_endpoint) if otlp_endpoint else None,
     )
     try:
-        apply_files(pipeline, paths, workload)
+        if cursor is not None:
+            apply_files_recorded(pipeline, paths, workload, cursor)
+        else:
+            apply_files(pipeline, paths, workload)
     finally:
         traces_rc = finish_traces(pipeline, sys.stderr)
+    if report:
+        from exporter.report.render import render as render_report
+
+        try:
+            Path(report).write_text(render_report(pipeline, [p.name for p in paths]),
+                                    encoding="utf-8")
+        except OSError as e:
+            print(f"zaroz-exporter replay: --report {report}: {e}", file=sys.stderr)
+            return 2
     if as_summary:
         summary(pipeline, sys.stdout)
     else:

@@ -1,8 +1,7 @@
-"""The HTTP server: /metrics, /healthz, /readyz and a landing page (aiohttp)."""
+"""The HTTP server: /metrics, /healthz, /readyz and the overview page (aiohttp)."""
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 import zlib
@@ -10,8 +9,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from exporter import __version__
 from exporter.checkpoint import Checkpointer, CheckpointError, render_checkpointed
+from exporter.overview.web import Overview
 from exporter.sinks.metrics.exposition import OPENMETRICS_TYPE, TEXT_TYPE, wants_openmetrics
 from exporter.sinks.metrics.family import Registry
 
@@ -50,7 +49,8 @@ class MetricsServer:
         self._duration = registry["zaroz_exporter_last_scrape_duration_seconds"].labels()
         self._bytes = registry["zaroz_exporter_last_scrape_bytes"].labels()
         self.app = web.Application()
-        self.app.router.add_get("/", self.landing)
+        self.overview = Overview(registry, self.readiness, extra_links=self.links)
+        self.overview.install(self.app)  # `/`, /api/overview, dashboards' JSON, docs
         self.app.router.add_get("/metrics", self.metrics)
         self.app.router.add_get("/healthz", self.healthz)
         self.app.router.add_get("/readyz", self.readyz)
@@ -83,6 +83,7 @@ class MetricsServer:
         self._series.set(self.registry.series_count())
         self._bytes.set(size)
         self._duration.set(time.perf_counter() - start)
+        self.overview.scraped()
         return resp
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -92,20 +93,6 @@ class MetricsServer:
         ok, detail = self.readiness()
         text = ("ok" if ok else "not ready") + f": {detail}\n"
         return web.Response(status=200 if ok else 503, text=text)
-
-    async def landing(self, request: web.Request) -> web.Response:
-        links = {"/metrics": "Metrics", "/healthz": "Health", "/readyz": "Readiness", **self.links}
-        items = "".join(
-            f'<li><a href="{html.escape(h)}">{html.escape(t)}</a></li>' for h, t in links.items()
-        )
-        ok, detail = self.readiness()
-        body = (
-            "<!doctype html><html><head><meta charset='utf-8'><title>zaroz exporter</title></head>"
-            f"<body><h1>zaroz units exporter</h1><p>version {__version__}</p>"
-            f"<p>ready: {'yes' if ok else 'no'} ({html.escape(detail)})</p><ul>{items}</ul>"
-            f"<p>{self.registry.series_count()} series</p></body></html>"
-        )
-        return web.Response(text=body, content_type="text/html")
 
 
 async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, str]:

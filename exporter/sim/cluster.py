@@ -3,8 +3,8 @@ the simulator's event log.
 
 Each unit's events become the writes the platform would make: the kernel writes the spec (a new
 `spec.generation` per change), the agent writes the status and acknowledges generations. Some
-agents stop acknowledging (stuck generations) and one unit of each workload gets an invalid
-spec, which its agent refuses, so the demo shows what the alerts are for.
+agents stop acknowledging (stuck generations) and one unit of each workload at a time has an
+invalid spec, which its agent refuses, so the demo shows what the alerts are for.
 """
 
 from __future__ import annotations
@@ -170,6 +170,8 @@ class ClusterMirror:
     def _destroyed(self, workload: str, unit: dict[str, Any], u: _Unit,
                    ev: dict[str, Any]) -> None:
         self.units.pop(unit["id"], None)
+        if u.invalid:  # the next unit of the workload to change its spec gets one
+            self.invalid_done.discard(workload)
         self.kube.delete(u.namespace, u.name)
 
     # -- helpers ---------------------------------------------------------------------------

@@ -229,14 +229,18 @@ class LiveFeed:
         interval_s: float = 0.1,
         clock: Callable[[], int] = time.time_ns,
         listeners: Iterable[Callable[[str, list[dict[str, Any]]], None]] = (),
+        history_s: float = 0.0,
     ) -> None:
+        """`history_s`: the simulation starts that long before now, so the first tick writes
+        that much history at once (a demo with data from its first second)."""
         self.server = server
         self.listeners = list(listeners)  # also told of every batch (the cluster mirror)
         self.time_scale = time_scale
         self.interval_s = interval_s
         self.clock = clock
         self._wall0 = clock()
-        self.simulator = Simulator(replace(config, start_ns=self._wall0))
+        self.simulator = Simulator(
+            replace(config, start_ns=self._wall0 - int(history_s * 1_000_000_000)))
         self._task: asyncio.Task[None] | None = None
 
     def sim_now(self) -> int:

@@ -1,0 +1,157 @@
+"""The overview's data, read from the registry (and the UnitSignal table) at request time: one
+JSON-able dict that `/api/overview` serves as is and the page renders."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from exporter import __version__, catalog
+from exporter.overview.history import BOUNDS, MEASUREMENTS, History, Snapshot, delta, take
+from exporter.overview.quantiles import bucket_quantile
+from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.series import CallbackSeries
+
+WINDOW_S = 300.0  # "the last few minutes" of the percentiles
+TREND_POINTS = 10  # p95 points over the window
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+SIGNAL_LIMIT = 200  # UnitSignals listed per list (the page shows the oldest few)
+
+Readiness = Callable[[], tuple[bool, str]]
+
+
+def _num(v: float) -> float | None:
+    """JSON has no NaN: no data is null."""
+    return None if math.isnan(v) else round(v, 6)
+
+
+def _by_workload(registry: Registry, name: str, label: int | None = None) -> dict[str, Any]:
+    """Counter values per workload (summed), or per workload and the label at `label`."""
+    out: dict[str, Any] = {}
+    for key, s in registry[name].series.items():
+        v = int(s.value)  # type: ignore[union-attr]
+        if label is None:
+            out[key[0]] = out.get(key[0], 0) + v
+        else:
+            per = out.setdefault(key[0], {})
+            per[key[label]] = per.get(key[label], 0) + v
+    return out
+
+
+def _gauge(registry: Registry, name: str) -> dict[tuple[str, ...], float]:
+    """Gauge values; those read at scrape time (CallbackSeries) are read now."""
+    return {k: s.fn() if isinstance(s, CallbackSeries) else s.value  # type: ignore[union-attr]
+            for k, s in registry[name].series.items()}
+
+
+def _measurement(history: History, current: Snapshot, window: float, wl: str, m: str
+                 ) -> dict[str, Any]:
+    now = current.at
+    latest = current.counts.get(wl, {}).get(m)
+    base = history.since(now, window)
+    d = delta(latest, base.counts.get(wl, {}).get(m))
+    bounds = BOUNDS[m]
+    counts = list(d) if d is not None else [0] * (len(bounds) + 1)
+    out: dict[str, Any] = {"count": sum(counts)}
+    for name, q in QUANTILES:
+        out[name] = _num(bucket_quantile(q, bounds, counts))
+    out["buckets"] = counts
+    trend: list[float | None] = []
+    snaps = [*history.series(now, window, TREND_POINTS), current]
+    for a, b in itertools.pairwise(snaps):
+        step = delta(b.counts.get(wl, {}).get(m), a.counts.get(wl, {}).get(m))
+        trend.append(_num(bucket_quantile(0.95, bounds, step)) if step else None)
+    out["trend_p95"] = trend
+    return out
+
+
+def _signals(registry: Registry, now: float) -> dict[str, Any]:
+    table = registry.table("zaroz_unitsignal_generation_lag").table
+    if table is None:
+        return {"watched": False, "total": 0, "lagging": 0, "oldest_unobserved": [],
+                "stuck_invalid_spec": []}
+    lagging: list[tuple[float, tuple[str, str], Any]] = []
+    invalid: list[tuple[float, tuple[str, str], Any]] = []
+    states = table.states
+    for key, slot in table.slots.items():
+        s = states[slot]
+        if s is None:
+            continue
+        if s.generation_lag > 0:
+            since = s.pending_since if s.pending_since is not None else now
+            lagging.append((since, key, s))  # type: ignore[arg-type]
+            if s.stuck_invalid_spec:
+                invalid.append((since, key, s))  # type: ignore[arg-type]
+
+    def row(since: float, key: tuple[str, str], s: Any) -> dict[str, Any]:
+        return {"namespace": key[0], "name": key[1], "workload": s.workload,
+                "unit_id": s.unit_id, "generation_lag": s.generation_lag,
+                "unobserved_for_s": round(max(0.0, now - since), 3),
+                "spec_valid": bool(s.spec_valid), "stuck_invalid_spec": bool(s.stuck_invalid_spec),
+                "phase": s.phase}
+
+    oldest = heapq.nsmallest(SIGNAL_LIMIT, lagging, key=lambda t: (t[0], t[1]))
+    stuck = heapq.nsmallest(SIGNAL_LIMIT, invalid, key=lambda t: (t[0], t[1]))
+    return {"watched": True, "total": len(table), "lagging": len(lagging),
+            "stuck_invalid_spec_total": len(invalid),
+            "oldest_unobserved": [row(*t) for t in oldest],
+            "stuck_invalid_spec": [row(*t) for t in stuck]}
+
+
+def _health(registry: Registry, readiness: Readiness, now: float,
+            last_scrape: float | None) -> dict[str, Any]:
+    ok, detail = readiness()
+    caught = _gauge(registry, "zaroz_route_caught_up")
+    synced = _gauge(registry, "zaroz_kube_synced")
+    saves = _gauge(registry, "zaroz_checkpoint_last_save_timestamp_seconds")
+    saved_at = max((v for v in saves.values() if v > 0), default=None)
+    return {
+        "version": __version__, "ready": ok, "readiness": detail,
+        "workloads_tailed": len(caught), "workloads_caught_up": sum(1 for v in caught.values()
+                                                                   if v >= 1),
+        "kube_scopes": len(synced), "kube_scopes_synced": sum(1 for v in synced.values() if v),
+        "last_scrape_age_s": None if last_scrape is None else round(now - last_scrape, 3),
+        "checkpoint_age_s": None if saved_at is None else round(now - saved_at, 3),
+        "series": registry.series_count(),
+    }
+
+
+def overview(registry: Registry, history: History, readiness: Readiness, now: float,
+             last_scrape: float | None = None, window: float = WINDOW_S) -> dict[str, Any]:
+    events = _by_workload(registry, "zaroz_events_total")
+    startups = _by_workload(registry, "zaroz_unit_startups_total", 1)
+    allocs = _by_workload(registry, "zaroz_unit_allocations_total", 1)
+    anomalies = {
+        "gaps": _by_workload(registry, "zaroz_events_gaps_total"),
+        "missing": _by_workload(registry, "zaroz_events_missing_total"),
+        "duplicates": _by_workload(registry, "zaroz_events_duplicate_total"),
+        "invalid": _by_workload(registry, "zaroz_events_invalid_total"),
+        "skew": _by_workload(registry, "zaroz_events_clock_skew_total"),
+    }
+    tracked = _gauge(registry, "zaroz_workload_units_tracked")
+    current = take(registry, now)
+    names = sorted(set(events) | {k[0] for k in tracked} | set(current.counts))
+    workloads = []
+    for wl in names:
+        workloads.append({
+            "workload": wl,
+            "events": events.get(wl, 0),
+            "units_tracked": int(tracked.get((wl,), 0)),
+            "measurements": {m: _measurement(history, current, window, wl, m)
+                             for m, _ in MEASUREMENTS},
+            "startups": {o: startups.get(wl, {}).get(o, 0) for o in catalog.STARTUP_OUTCOMES},
+            "allocations": {o: allocs.get(wl, {}).get(o, 0)
+                            for o in catalog.ALLOCATION_OUTCOMES},
+            "anomalies": {k: v.get(wl, 0) for k, v in anomalies.items()},
+        })
+    return {
+        "generated_at": round(now, 3),
+        "window_s": window,
+        "bounds": {m: list(b) for m, b in BOUNDS.items()},
+        "exporter": _health(registry, readiness, now, last_scrape),
+        "workloads": workloads,
+        "unitsignals": _signals(registry, now),
+    }

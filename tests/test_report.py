@@ -1,0 +1,123 @@
+"""`replay --report`: one self-contained HTML file whose numbers equal `replay --summary`'s, with
+every anomaly located, the slowest units' timelines and trace ids; opened in headless Chromium
+with no console error, no empty chart and no overflowing text."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from html import unescape
+from pathlib import Path
+
+import orjson
+import pytest
+
+from exporter.sinks.traces.ids import trace_hex
+from tests.browser import chromium, look
+from tests.simlogs import finite_logs
+
+LOGS, TRUTH = finite_logs(seed=3, workloads=2, seconds=900)
+GONE: list[int] = []  # the seq taken out of the first log
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The simulator's logs, with a line that is not JSON, a duplicate and a gap added to the
+    first, at known lines."""
+    d = tmp_path_factory.mktemp("logs")
+    files = []
+    for i, (wl, evs) in enumerate(LOGS.items()):
+        lines = [orjson.dumps(e) for e in evs]
+        if i == 0:
+            lines.insert(10, b"{not json")  # line 11
+            lines.insert(20, lines[5])  # line 21 repeats seq 6 (line 6)
+            GONE.append(orjson.loads(lines.pop(40))["seq"])  # missing: a gap
+        p = d / f"{wl}.jsonl"
+        p.write_bytes(b"\n".join(lines) + b"\n")
+        files.append(p)
+    return files
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter.cli", "replay", *args],
+                          capture_output=True, text=True, check=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def report(logs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    res = _cli("--report", str(out), *map(str, logs))
+    assert res.stdout.startswith("# HELP")  # the exposition still goes to stdout
+    return out, out.read_text(encoding="utf-8")
+
+
+def test_numbers_equal_the_summary(logs: list[Path], report: tuple[Path, str]) -> None:
+    summary = _cli("--summary", *map(str, logs)).stdout
+    expected = {}
+    for line in summary.splitlines():
+        f = line.split()
+        if len(f) == 6 and f[1] in ("ready", "allocation_ack", "drain"):
+            expected[(f[0], f[1])] = f[2:]
+    got = {}
+    for wl, m, cells in re.findall(
+            r'<tr class="numbers" data-workload="([^"]+)" data-measurement="([^"]+)">(.*?)</tr>',
+            report[1]):
+        got[(wl, m)] = re.findall(r'data-k="(?:count|p50|p95|p99)">([^<]*)<', cells)
+    assert len(expected) == 3 * len(LOGS)
+    assert got == expected
+    assert all(int(v[0]) > 10 for v in got.values())
+
+
+def _section(html: str, wl: str) -> str:
+    return html.split(f'id="wl-{wl}"')[1].split('<section class="wl"')[0]
+
+
+def test_anomalies_are_located(report: tuple[Path, str], logs: list[Path]) -> None:
+    html = report[1]
+    first = logs[0].name
+    kinds = {"duplicate": "duplicates", "gap": "gaps", "invalid": "invalid",
+             "clock skew": "clock skew"}
+    for wl in LOGS:
+        section = _section(html, wl)
+        rows = re.findall(r'<tr class="anomaly" data-kind="([^"]+)"><td>[^<]*</td><td><code>'
+                          r"([^<]*)</code></td><td><code>([^<]*)</code></td>", section)
+        for kind, counter in kinds.items():  # one row for each counted anomaly
+            count = re.search(rf'data-count="{counter}">{counter} (\d+)<', section)
+            assert count, counter
+            assert sum(1 for r in rows if r[0] == kind) == int(count.group(1)), kind
+        if wl == logs[0].stem:
+            assert ("invalid", f"{first}:11", "–") in rows
+            assert ("duplicate", f"{first}:21", "6") in rows
+            assert [r[2] for r in rows if r[0] == "gap"] == [f"{GONE[0]}-{GONE[0]}"]
+    assert html.count('data-kind="clock skew"') >= 1
+
+
+def test_slowest_units_with_trace_ids(report: tuple[Path, str], logs: list[Path]) -> None:
+    html = report[1]
+    for wl in LOGS:
+        section = _section(html, wl)
+        units = re.findall(r'<tr data-unit="([^"]+)" data-ready-ns="(\d*)"><td><code>[^<]*'
+                           r'</code></td><td><code class="trace">([0-9a-f]{32})</code>', section)
+        assert len(units) >= 5
+        assert all(trace_hex(wl, unescape(u)) == t for u, _, t in units)
+        assert section.count('class="chart lane"') == len(units)
+        if wl != logs[0].stem:  # an untouched log: the slowest is the truth's slowest
+            assert max(int(n) for _, n, _ in units if n) == max(TRUTH.ready[wl])
+
+
+def test_self_contained(report: tuple[Path, str]) -> None:
+    html = report[1]
+    assert "<script" not in html and "src=" not in html
+    assert not re.search(r'href="https?:', html)
+
+
+async def test_report_in_chromium(report: tuple[Path, str], tmp_path: Path) -> None:
+    chromium()
+    seen = await look(report[0].as_uri(), tmp_path, "report")
+    print("screenshots:", *seen.screenshots)
+    assert not seen.errors, seen.errors
+    assert not seen.empty_charts, seen.empty_charts
+    assert not seen.overflow, seen.overflow
+    assert not seen.scrolls_sideways
+    assert seen.charts >= 6 * len(LOGS)
