@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-import orjson
 
 __all__ = ["RAW_ABSENT", "Meta", "UnitSignal", "raw_value", "to_dict"]
 
@@ -36,7 +35,7 @@ class UnitSignal(msgspec.Struct):
 
 
 
-_loads = orjson.loads
+_loads = msgspec.json.Decoder().decode  # takes a Raw as it is (orjson needs a copy)
 
 
 def raw_value(raw: msgspec.Raw) -> Any:
