@@ -41,6 +41,7 @@ class NamespaceHandler:
         self.namespace = namespace
         self.owns = owns
         self.decoded = decoded
+        self._owned: dict[str, bool] = {}
 
     def _mine(self, obj: Any) -> bool:
         owns = self.owns
@@ -51,7 +52,13 @@ class NamespaceHandler:
             ns, labels = m.namespace, m.labels
             if ns is None:
                 return True  # the model counts it as malformed
-            return owns((labels.get(WORKLOAD_LABEL) or ns) if labels else ns)
+            workload = (labels.get(WORKLOAD_LABEL) or ns) if labels else ns
+            mine = self._owned.get(workload)
+            if mine is None:  # workloads are few: the hash once each, not once an event
+                if len(self._owned) >= 65536:
+                    self._owned.clear()  # bounded, whatever the labels hold
+                mine = self._owned[workload] = owns(workload)
+            return mine
         meta = obj.get("metadata") if type(obj) is dict else None
         if type(meta) is not dict or type(meta.get("namespace")) is not str:
             return True  # the model counts it as malformed
