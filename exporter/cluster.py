@@ -103,7 +103,7 @@ class NamespaceHandler:
         self.model.reconcile(listed, self.namespace)
 
     def upsert(self, obj: Any, now: float) -> None:
-        if self._mine(obj):
+        if self.owns is None or self._mine(obj):
             if self.decoded is not None:
                 self.decoded[1].inc()
             self.model.upsert(obj, now)

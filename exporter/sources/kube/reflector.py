@@ -379,7 +379,10 @@ class Reflector:
             key = object_key(obj)
             if key is not None:
                 keys.add(key)
-            self._deliver("upsert", obj, now)
+            try:  # _deliver's guard, inline: the watch's hot path
+                self.handler.upsert(obj, now)
+            except Exception:
+                self._failed_call("upsert")
         elif type_ == "DELETED":
             key = object_key(obj)
             if key is not None:
@@ -408,9 +411,13 @@ class Reflector:
         try:
             return getattr(self.handler, call)(arg, now)
         except Exception:
-            self.failures["handler"] += 1
-            log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
+            self._failed_call(call)
             return None
+
+    def _failed_call(self, call: str) -> None:
+        """Within an `except`: the handler's exception is logged with its traceback."""
+        self.failures["handler"] += 1
+        log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
 
     # -- bookkeeping -------------------------------------------------------------------------
 
