@@ -668,7 +668,22 @@ def child_ours_http(url: str, typed: bool = True) -> dict[str, float]:
         sync = await http_sync(url, typed=typed)
         await sync.close()
         out["objects"] = len(sync.model.objects)
-        return _after_sync(out, lambda: b"".join(render(sync.registry)))
+        _after_sync(out, None)
+        # the scrape as served: MetricsServer on loopback, read by a client that keeps nothing
+        runner, base = await start_site(MetricsServer(sync.registry).app, "127.0.0.1:0")
+        try:
+            reset_peak_rss()
+            size = 0
+            async with aiohttp.ClientSession() as session, session.get(f"{base}/metrics") as r:
+                async for piece in r.content.iter_chunked(1 << 16):
+                    size += len(piece)
+            out["scrape_bytes"] = size
+            gc.collect()
+            out["scraped"] = _rss_mib()
+            out["hwm_scrape"] = proc_status_kib("VmHWM") / 1024
+        finally:
+            await runner.cleanup()
+        return out
 
     return asyncio.run(run())
 
