@@ -13,7 +13,10 @@ __all__ = ["RAW_ABSENT", "Meta", "UnitSignal", "raw_value", "to_dict"]
 RAW_ABSENT = msgspec.Raw()  # a field the object does not have
 
 
-class Meta(msgspec.Struct):
+# gc=False: never tracked by the cyclic collector (they hold only strings, ints, a dict of
+# strings and Raw bytes, so no cycle can go through them): one decoded event no longer adds
+# three objects towards the next young collection.
+class Meta(msgspec.Struct, gc=False):
     """The metadata fields read; every other one is skipped by the parser."""
 
     name: str | None = None
@@ -26,7 +29,7 @@ class Meta(msgspec.Struct):
     managedFields: msgspec.Raw = RAW_ABSENT
 
 
-class UnitSignal(msgspec.Struct):
+class UnitSignal(msgspec.Struct, gc=False):
     """One object: metadata typed, spec and status as the bytes they were sent as."""
 
     metadata: Meta

@@ -22,12 +22,12 @@ import msgspec
 from exporter.model.signal import UnitSignal
 
 
-class WatchEvent(msgspec.Struct):
+class WatchEvent(msgspec.Struct, gc=False):
     type: str
     object: UnitSignal
 
 
-class _ListMeta(msgspec.Struct):
+class _ListMeta(msgspec.Struct, gc=False):
     resourceVersion: str | None = None
     # `continue` is a Python keyword: named apart, as the wire spells it
     continue_: str | None = msgspec.field(default=None, name="continue")
