@@ -387,6 +387,13 @@ METRICS: tuple[Metric, ...] = (
         ("scope",), group="kube",
     ),
     Metric(
+        "zaroz_kube_objects_decoded_total", Kind.COUNTER,
+        "UnitSignals received (LIST items and watch events) by how far they were decoded: "
+        "metadata (another shard's: dropped on its labels and namespace, spec and status never "
+        "decoded) or object (this shard's, given to the model).",
+        ("scope", "depth"), group="kube",
+    ),
+    Metric(
         "zaroz_kube_watch_events_total", Kind.COUNTER,
         "Watch events received by type: ADDED, MODIFIED, DELETED, BOOKMARK, ERROR, unknown.",
         ("scope", "type"), group="kube",

@@ -137,7 +137,7 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipel
     """The UnitSignal watch, when --kube allows it and a cluster is configured."""
     if args.kube == "off":
         return None
-    from exporter.sinks.metrics.kube import KubeMetrics
+    from exporter.sinks.metrics.kube import KubeMetrics, scope_label
     from exporter.sources.kube.api import KubeApi
     from exporter.sources.kube.config import KubeConfigError, load_access
     from exporter.sources.kube.reflector import KubeSource
@@ -152,9 +152,11 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipel
                  extra={"reason": str(e)})
         return None
     model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist)
+    metrics = KubeMetrics(pipeline.registry)
     source = KubeSource(
-        KubeApi(session, access), lambda ns: NamespaceHandler(model, ns, owns),
-        KubeMetrics(pipeline.registry), namespaces=args.namespace or None,
+        KubeApi(session, access, typed=True),
+        lambda ns: NamespaceHandler(model, ns, owns, metrics.decoded(scope_label(ns))),
+        metrics, namespaces=args.namespace or None,
         label_selector=args.label_selector or None, backoff_factory=backoff,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,

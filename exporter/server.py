@@ -11,7 +11,12 @@ from aiohttp import web
 
 from exporter.checkpoint import Checkpointer, CheckpointError, render_checkpointed
 from exporter.overview.web import Overview
-from exporter.sinks.metrics.exposition import OPENMETRICS_TYPE, TEXT_TYPE, wants_openmetrics
+from exporter.sinks.metrics.exposition import (
+    OPENMETRICS_TYPE,
+    TEXT_TYPE,
+    coalesce,
+    wants_openmetrics,
+)
 from exporter.sinks.metrics.family import Registry
 
 Readiness = Callable[[], tuple[bool, str]]
@@ -74,9 +79,9 @@ class MetricsServer:
             comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)
         await resp.prepare(request)
         size = 0
-        for chunk in chunks:
-            size += len(chunk)
-            await resp.write(comp.compress(chunk) if gz else chunk)
+        for data in coalesce(chunks):  # per-object families come as many small pieces
+            size += len(data)
+            await resp.write(comp.compress(data) if gz else data)
         if gz:
             await resp.write(comp.flush())
         await resp.write_eof()

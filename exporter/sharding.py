@@ -8,6 +8,7 @@ it is written here rather than pulled in as a dependency.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ def jump_hash(key: int, buckets: int) -> int:
     return b
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def shard_of(workload: str, total: int) -> int:
+    """Cached: asked for every object a watch delivers (a sha256 is ~1 µs; workloads are few)."""
     key = int.from_bytes(hashlib.sha256(workload.encode()).digest()[:8], "big")
     return jump_hash(key, total)
 

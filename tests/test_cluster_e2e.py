@@ -20,6 +20,7 @@ from exporter.sinks.metrics.kube import KubeMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
+from exporter.sources.kube.handler import object_key
 from exporter.sources.kube.reflector import KubeSource
 from tests.unitsignals import status as full_status
 from tests.waiting import until
@@ -53,7 +54,7 @@ class Exporter:
     def __init__(self, emu: KubeEmulator, session, namespaces=None) -> None:
         self.reg = Registry()
         self.model, _ = build_cluster(self.reg, ("team",))
-        api = KubeApi(session, from_url(emu.url))
+        api = KubeApi(session, from_url(emu.url), typed=True)  # as serve reads them
         self.source = KubeSource(
             api, lambda ns: NamespaceHandler(self.model, ns), KubeMetrics(self.reg),
             namespaces=namespaces, backoff_factory=lambda: Backoff(0.01, 0.05),
@@ -144,7 +145,7 @@ async def test_resumed_watch_replays_no_added_storm(emu, session):
         await ex.until(lambda: ex.source.synced)
         upserts = []
         orig = ex.model.upsert
-        ex.model.upsert = lambda obj, now: (upserts.append(obj["metadata"]["name"]),  # type: ignore[method-assign]
+        ex.model.upsert = lambda obj, now: (upserts.append(object_key(obj)[1]),  # type: ignore[method-assign]
                                             orig(obj, now))[1]
         emu.faults.cut_watch(after_events=1, times=2)
         emu.patch_status("ns-a", "u3", full_status(seq=5))

@@ -165,3 +165,19 @@ def test_replayed_openmetrics_parses():
     assert got[("zaroz_workload_desired_units", (("workload", "wl-1"),))] == 0
     assert got[("zaroz_unit_exits_total", (("code", "143"), ("restarted", "false"),
                                            ("workload", "wl-1")))] == 5
+
+
+def test_writes_are_coalesced_pieces_in_order_and_bounded():
+    import random
+
+    from exporter.sinks.metrics.exposition import coalesce
+
+    rng = random.Random(3)
+    pieces = [bytes([65 + i % 26]) * rng.choice((1, 50, 3000)) for i in range(2000)]
+    pieces[700] = pieces[1500] = b"x" * 70000  # a piece above the size goes out alone
+    groups = list(coalesce(pieces, 65536))
+    assert b"".join(groups) == b"".join(pieces)
+    assert all(65536 <= len(g) < 65536 + 3000 for g in groups[:3])
+    assert all(len(g) < 65536 + 3000 or g == pieces[700] for g in groups)
+    assert len(groups) <= sum(map(len, pieces)) // 65536 + 4  # joined, not a write a piece
+    assert list(coalesce([], 10)) == []

@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from exporter.sim.kube import KubeEmulator
+from exporter.sim.kube import KubeEmulator, KubeError
 
 from .test_sim_kube import ALL, API, AUTH, TOKEN, Client, spec
 
@@ -320,3 +320,33 @@ async def test_stop_ends_open_watches(
     await emu.stop()
     w = await asyncio.wait_for(task, 2)
     assert w.elapsed < 2 and not emu.watches and not emu.store.listeners
+
+
+async def test_a_deleted_crd_deletes_its_objects_ends_watches_and_answers_404(
+    kube: tuple[KubeEmulator, aiohttp.ClientSession, str],
+) -> None:
+    emu, session, base = kube
+    rv = seed(emu)
+    task = asyncio.create_task(watch(session, base + ALL, resourceVersion=rv, timeoutSeconds=30))
+    await asyncio.sleep(0.1)
+    emu.uninstall_crd()
+    w = await asyncio.wait_for(task, 2)  # the finalizer's deletes, then the stream ends
+    assert w.changes == [("DELETED", f"u{i}", str(rv + 1 + i)) for i in range(3)]
+    assert w.elapsed < 2 and not emu.watches
+    client = Client(base, session)
+    for path in (API, ALL, NS, f"{NS}/u0"):
+        status, body, _ = await client.get(path)
+        assert status == 404 and body["reason"] == "NotFound", path
+    gone = await watch(session, base + ALL, resourceVersion=emu.resource_version)
+    assert gone.status == 404
+    with pytest.raises(KubeError):
+        emu.create("ns", "x", spec(9))
+    emu.install_crd()  # again: empty, served, and its watch cache starts now
+    status, body, _ = await client.get(ALL)
+    assert status == 200 and body["items"] == []
+    old = await watch(session, base + ALL, resourceVersion=rv, timeoutSeconds=1)
+    assert old.events and old.events[0]["type"] == "ERROR"
+    assert old.events[0]["object"]["code"] == 410
+    emu.create("ns", "x", spec(9))
+    status, body, _ = await client.get(ALL)
+    assert [o["metadata"]["name"] for o in body["items"]] == ["x"]

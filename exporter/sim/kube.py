@@ -119,7 +119,9 @@ class KubeEmulator:
         faults: KubeFaults | None = None,
         spec_manager: str = "kernel",
         status_manager: str = "zaroz-agent",
+        crd_installed: bool = True,
     ) -> None:
+        self.crd_installed = crd_installed  # False: the group/version is not served at all
         self.store = ObjectStore(
             history=history, clock=clock, start_rv=start_rv, seed=seed,
             spec_manager=spec_manager, status_manager=status_manager,
@@ -144,18 +146,23 @@ class KubeEmulator:
     def create(self, namespace: str, name: str, spec: Mapping[str, Any],
                labels: Mapping[str, str] | None = None,
                status: Mapping[str, Any] | None = None) -> Obj:  # fmt: skip
+        self._served()
         return self.store.create(namespace, name, spec, labels, status)
 
     def update_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> Obj:
+        self._served()
         return self.store.update_spec(namespace, name, spec)
 
     def patch_status(self, namespace: str, name: str, merge_patch: Mapping[str, Any]) -> Obj:
+        self._served()
         return self.store.patch_status(namespace, name, merge_patch)
 
     def set_labels(self, namespace: str, name: str, labels: Mapping[str, str] | None) -> Obj:
+        self._served()
         return self.store.set_labels(namespace, name, labels)
 
     def delete(self, namespace: str, name: str) -> Obj:
+        self._served()
         return self.store.delete(namespace, name)
 
     def get(self, namespace: str, name: str) -> Obj:
@@ -163,6 +170,30 @@ class KubeEmulator:
 
     def compact(self) -> None:
         self.store.compact()
+
+    def _served(self) -> None:
+        if not self.crd_installed:
+            raise KubeError(404, "NotFound", "the server could not find the requested resource")
+
+    # -- the CRD (what `kubectl apply/delete -f crd.yaml` does to the served resource) ----------
+
+    def uninstall_crd(self) -> None:
+        """DELETE of the CustomResourceDefinition: its finalizer deletes every object first (open
+        watches see each DELETED), then the resource stops being served: open watches end and
+        every request answers 404 until it is installed again."""
+        for key, _ in self.store.items():
+            ns, name = key.split("/", 1)
+            self.store.delete(ns, name)
+        self.crd_installed = False
+        for queue in list(self.watches):
+            queue.put_nowait(None)
+
+    def install_crd(self) -> None:
+        """The CRD is created (again): served from now on, empty. Its watch cache starts at the
+        current revision, so a watch resuming from before it gets 410 and relists."""
+        if not self.crd_installed:
+            self.crd_installed = True
+            self.store.compact()
 
     @property
     def resource_version(self) -> int:
@@ -219,7 +250,7 @@ class KubeEmulator:
                 raise KubeError(405, "MethodNotAllowed",
                                 f"the server does not allow this method on the requested resource"
                                 f" ({request.method})")  # fmt: skip
-            if kind == "other":
+            if kind == "other" or not self.crd_installed:
                 raise KubeError(404, "NotFound", "the server could not find the requested resource")
             if kind == "discovery":
                 return _json(200, self._discovery())

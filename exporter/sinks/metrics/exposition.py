@@ -61,13 +61,40 @@ def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
     """The exposition in pieces, one family at a time."""
     for fam in registry.families.values():
         yield header(fam.metric, openmetrics)
-        # Per-object tables have no exemplars: the same lines in both formats.
-        body = fam.body(openmetrics) if isinstance(fam, Family) else fam.body()
-        if body:
-            yield body
+        if isinstance(fam, Family):
+            body = fam.body(openmetrics)
+            if body:
+                yield body
+        else:  # per-object tables: no exemplars, the same lines in both formats; not joined
+            yield from fam.pieces()
     if openmetrics:
         yield b"# EOF\n"
 
 
 def render_bytes(registry: Registry, openmetrics: bool = False) -> bytes:
     return b"".join(render(registry, openmetrics))
+
+
+WRITE_SIZE = 65536
+
+
+def coalesce(chunks: list[bytes], size: int = WRITE_SIZE) -> Iterator[bytes]:
+    """The exposition's pieces joined into writes of about `size` bytes: one write per piece
+    would cost an await each (~80k pieces at 100k UnitSignals), one join of all a copy of the
+    whole exposition; groups this small are freed and reused as they go."""
+    group: list[bytes] = []
+    held = 0
+    for chunk in chunks:
+        if len(chunk) >= size:
+            if group:
+                yield b"".join(group)
+                group, held = [], 0
+            yield chunk
+            continue
+        group.append(chunk)
+        held += len(chunk)
+        if held >= size:
+            yield b"".join(group)
+            group, held = [], 0
+    if group:
+        yield b"".join(group)

@@ -21,6 +21,7 @@ class KubeMetrics:
     """Small calls a reflector makes; one place that knows the metric names."""
 
     def __init__(self, registry: Registry) -> None:
+        self.registry = registry
         self._requests = registry["zaroz_kube_requests_total"]
         self._failures = registry["zaroz_kube_failures_total"]
         self._relists = registry["zaroz_kube_relists_total"]
@@ -37,6 +38,11 @@ class KubeMetrics:
         self._objects.labels(scope)
         for reason in KUBE_RELIST_REASONS:
             self._relists.labels(scope, reason)
+
+    def decoded(self, scope: str) -> tuple[Series, Series]:
+        """The (metadata-only, whole object) counts of one scope's handler."""
+        fam = self.registry["zaroz_kube_objects_decoded_total"]
+        return fam.labels(scope, "metadata"), fam.labels(scope, "object")
 
     def request(self, scope: str, verb: str, result: str) -> None:
         self._requests.labels(scope, verb, result).inc()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from exporter.model.signal import UnitSignal
+
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
 
 
@@ -30,6 +32,10 @@ class ObjectHandler(Protocol):
 
 def object_key(obj: Any) -> Key | None:
     """(namespace, name) of an object; None when it has no name (it cannot be tracked)."""
+    if type(obj) is UnitSignal:
+        m = obj.metadata
+        name, ns = m.name, m.namespace
+        return (ns if ns is not None else "", name) if name else None
     meta = obj.get("metadata") if type(obj) is dict else None
     if type(meta) is not dict:
         return None
@@ -40,6 +46,8 @@ def object_key(obj: Any) -> Key | None:
 
 
 def resource_version(obj: Any) -> str | None:
+    if type(obj) is UnitSignal:
+        return obj.metadata.resourceVersion or None
     meta = obj.get("metadata") if type(obj) is dict else None
     rv = meta.get("resourceVersion") if type(meta) is dict else None
     return rv if type(rv) is str and rv else None

@@ -36,6 +36,7 @@ from exporter.sources.kube.api import (
     KubeApi,
     KubeError,
     ListPage,
+    NotFound,
     Rejected,
     RetryLater,
     Unauthorized,
@@ -110,6 +111,8 @@ class Reflector:
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
         self.synced = False  # the first full LIST reached the handler
+        self.absent = False  # the last LIST was answered 404: the resource is not served
+        self.last_error: str | None = None  # why the reflector is not in step, for /readyz
         self.resource_version: str | None = None  # None: a LIST is due
         self.keys: set[Key] = set()
         self.requests: Counter[str] = Counter()  # "list:200", "watch:410", ... for tests
@@ -214,6 +217,11 @@ class Reflector:
                     "scope": self.scope})
                 return 0.0
             return self._delay_for(e, "list")
+        except NotFound as e:
+            self._failed("list", e, request=True)
+            self._restart_list()
+            self._not_served()
+            return self._delay_for(e, "list")
         except KubeError as e:
             self._failed("list", e, request=True)
             if isinstance(e, _NEEDS_ATTENTION):
@@ -277,7 +285,25 @@ class Reflector:
         self._deliver("replace", items, now)
         self._synced_at(keys, rv)
 
+    def _not_served(self) -> None:
+        """A LIST answered 404: the resource (the CRD) is gone or not there yet, so are all its
+        objects; the handler learns it as an empty list (nothing of a deleted CRD is left in
+        the exposition). The list is retried with the usual backoff: a CRD installed later is
+        picked up at the next try, without a restart."""
+        if self.absent:
+            return
+        self.absent = True
+        now = self.clock()
+        if self._paged:
+            self._deliver("list_done", set(), now)
+        else:
+            self._deliver("replace", [], now)
+        self.keys = set()
+        self.metrics.objects(self.scope, 0)
+
     def _synced_at(self, keys: set[Any], rv: str) -> None:
+        self.absent = False
+        self.last_error = None
         self.keys = keys
         self.resource_version = rv
         self.metrics.objects(self.scope, len(self.keys))
@@ -338,8 +364,9 @@ class Reflector:
             return delay
         return 0.0
 
-    def _apply(self, ev: dict[str, Any]) -> None:
-        type_, obj = ev["type"], ev["object"]
+    def _apply(self, ev: Any) -> None:
+        """One event: a dict (untyped), or a (type, object) tuple (typed, see typed.py)."""
+        type_, obj = (ev["type"], ev["object"]) if type(ev) is dict else ev
         now = self.clock()
         self.metrics.event(self.scope, type_, now)
         if self._expired_streak or self.backoff.failures:
@@ -352,7 +379,10 @@ class Reflector:
             key = object_key(obj)
             if key is not None:
                 keys.add(key)
-            self._deliver("upsert", obj, now)
+            try:  # _deliver's guard, inline: the watch's hot path
+                self.handler.upsert(obj, now)
+            except Exception:
+                self._failed_call("upsert")
         elif type_ == "DELETED":
             key = object_key(obj)
             if key is not None:
@@ -381,9 +411,13 @@ class Reflector:
         try:
             return getattr(self.handler, call)(arg, now)
         except Exception:
-            self.failures["handler"] += 1
-            log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
+            self._failed_call(call)
             return None
+
+    def _failed_call(self, call: str) -> None:
+        """Within an `except`: the handler's exception is logged with its traceback."""
+        self.failures["handler"] += 1
+        log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -395,6 +429,7 @@ class Reflector:
         """`request`: the failure is the request's outcome (not an open stream breaking)."""
         if request:
             self._count(verb, e.result)
+        self.last_error = f"{verb}: {e}"
         self.failures[f"{verb}:{e.result}"] += 1
         self.metrics.failure(self.scope, verb, e.result)
 
@@ -404,6 +439,11 @@ class Reflector:
             delay = self.backoff.next(retry_after=e.retry_after)
             self._complaints.failed(logging.WARNING, e.result, "kubernetes API asks to retry "
                                     "later", delay, retry_after=e.retry_after, **fields)
+        elif isinstance(e, NotFound):
+            # Usually a CRD not installed yet (or deleted): polled with the usual backoff, so
+            # its objects appear within one backoff of it being installed.
+            delay = self.backoff.next()
+            self._complaints.failed(logging.ERROR, e.result, NOT_SERVED, delay, **fields)
         elif isinstance(e, _NEEDS_ATTENTION):
             # A first 401 made the credentials reload (an expired exec token): retry soon.
             fresh = isinstance(e, Unauthorized) and e.status == 401 and not self._complaints.count
@@ -415,6 +455,10 @@ class Reflector:
             self._complaints.failed(logging.WARNING, e.result, "kubernetes API request failed",
                                     delay, **fields)
         return delay
+
+
+NOT_SERVED = ("the API server does not serve unitsignals.units.zaroz.cloud/v1 (HTTP 404): is the "
+              "UnitSignal CRD installed?")
 
 
 def _attention_message(e: KubeError) -> str:
@@ -463,9 +507,17 @@ class KubeSource:
         return all(r.synced for r in self.reflectors)
 
     def readiness(self) -> tuple[bool, str]:
-        """For the server's /readyz: the verdict and why."""
-        behind = [r.scope for r in self.reflectors if not r.synced]
+        """For the server's /readyz: the verdict and why. Not ready while the resource is not
+        served (a missing or deleted CRD: the exporter cannot see any UnitSignal), nor before
+        the first list, with the last error when there is one."""
+        n = len(self.reflectors)
+        absent = [r.scope for r in self.reflectors if r.absent]
+        if absent:
+            return False, f"{NOT_SERVED} (scopes: {', '.join(absent[:5])})"
+        behind = [r for r in self.reflectors if not r.synced]
         if behind:
-            return False, f"unitsignals not listed yet in {len(behind)} of " \
-                          f"{len(self.reflectors)} scopes: " + ", ".join(behind[:5])
-        return True, f"unitsignals synced in {len(self.reflectors)} scopes"
+            why = f"unitsignals not listed yet in {len(behind)} of {n} scopes: " + ", ".join(
+                r.scope for r in behind[:5])
+            errors = [r.last_error for r in behind if r.last_error]
+            return False, why + (f" (last error: {errors[0]})" if errors else "")
+        return True, f"unitsignals synced in {n} scopes"
