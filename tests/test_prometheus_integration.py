@@ -150,7 +150,7 @@ def prom() -> Iterator[Prom]:
         try:
             p = Prom(f"http://127.0.0.1:{prom_port}")
             _wait("prometheus ready", lambda: _ok(f"{p.base}/-/ready"), 20)
-            _wait("exporter scraped", lambda: p.result(f'up{{job="{JOB}"}} == 1'), 20)
+            _wait("exporter scraped", lambda: p.result(f'up{{job="{JOB}"}} == 1'), 60)
             # Recording rules need two scrapes of observed histograms and a rule evaluation
             # after them; give every record a chance (the tests below report the empty ones).
             names = sorted(recording.recording_names())
