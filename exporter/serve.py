@@ -62,12 +62,15 @@ class Running:
         return self.readiness()[0]
 
     def held(self) -> list[str]:
-        """Workloads catching up on a log they have no checkpoint for: their event-log series
-        stay out of the exposition until caught up (Registry.hold)."""
+        """Workloads replaying a backlog they have no checkpoint for: their event-log series
+        stay out of the exposition until the log is applied through the head the route had at
+        the tailer's first page (Registry.hold). Events that arrive after that are live: a
+        tailer that never catches up with a fast log is still shown, lagging."""
         if self.supervisor is None:
             return []
         return [w for w, t in self.supervisor.tailers.items()
-                if not t.caught_up and w not in self.restored]
+                if w not in self.restored and not t.caught_up
+                and (t.start_head is None or t.log.applied_through < t.start_head)]
 
     def caught_up(self, workload: str) -> bool:
         """The workload's log is applied through the route's head, as the route said it

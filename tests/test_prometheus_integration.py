@@ -33,7 +33,7 @@ DASHBOARDS = ROOT / "dashboards" / "json"
 JOB = "zaroz-exporter"
 # Simulated seconds per wall second: enough units start, allocate and drain within seconds.
 TIME_SCALE = 20.0
-DEMO_SECONDS = 55
+DEMO_SECONDS = 180  # stopped by the fixture at the end; long enough on a loaded machine
 # Metrics the demo cannot show: kube failures (its API emulator never fails), and webhooks,
 # checkpoints and traces (features the demo does not turn on). Queries reading only these may
 # return nothing; they must still be valid.
@@ -139,7 +139,8 @@ def prom() -> Iterator[Prom]:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         demo = subprocess.Popen(
             [sys.executable, "-c", DEMO, str(TIME_SCALE), "--listen",
-             f"127.0.0.1:{exporter_port}", "--duration", str(DEMO_SECONDS), "--rate", "1"],
+             f"127.0.0.1:{exporter_port}", "--duration", str(DEMO_SECONDS), "--rate", "1",
+             "--history", "60"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         server = subprocess.Popen(
@@ -154,7 +155,10 @@ def prom() -> Iterator[Prom]:
             # Recording rules need two scrapes of observed histograms and a rule evaluation
             # after them; give every record a chance (the tests below report the empty ones).
             names = sorted(recording.recording_names())
-            deadline = time.monotonic() + 30
+            # The event-log series appear once the demo has replayed its history.
+            _wait("demo's history replayed", lambda: p.result(
+                "count(count by (workload) (zaroz_events_total)) == 3"), 60)
+            deadline = time.monotonic() + 45
             while time.monotonic() < deadline and not all(p.result(n) for n in names):
                 time.sleep(1)
             yield p

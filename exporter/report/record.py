@@ -125,8 +125,8 @@ class ReportMetrics(SummaryMetrics):
         self.points["drain"].append((ns, self._at(), unit_id))
         self.timelines.scores["drain"][unit_id] = ns
 
-    def duplicate(self) -> None:
-        super().duplicate()
+    def duplicate(self, source: str) -> None:
+        super().duplicate(source)
         self._anomaly("duplicate", "seq already applied")
 
     def invalid(self, reason: str) -> None:

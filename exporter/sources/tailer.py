@@ -88,6 +88,7 @@ class Tailer:
         self.sleep = sleep
         self.clock = clock
         self.head_seq: int | None = None
+        self.start_head: int | None = None  # the route's head at the first page: the backlog
         self.caught_up = False
         self.last_success: float | None = None
         self.results: Counter[str] = Counter()
@@ -262,6 +263,8 @@ class Tailer:
         w, wl = self.workload, self.log
         self._succeeded(healthy=bool(events) or head <= after)
         self.head_seq = head
+        if self.start_head is None:
+            self.start_head = head
         self.metrics.head(w, head)
         for obj in events:
             wl.offer(obj, "route")
