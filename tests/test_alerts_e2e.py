@@ -1,8 +1,8 @@
 """Alerts that reach people: the simulated platform goes wrong, Debian's Prometheus evaluates the
 generated rules on what the exporter exposes, Debian's Alertmanager (configured from
 alerts/alertmanager.example.yml) groups, inhibits and routes, and the receivers' requests land
-in a server run by this test. Then the simulator fixes what it broke and the RESOLVED
-notifications must follow.
+in a server run by this test (webhook, Slack and PagerDuty payloads, and email through a minimal
+SMTP sink). Then the simulator fixes what it broke and the RESOLVED notifications must follow.
 
 What goes wrong (simulator scenario knobs, `SimConfig.workload_overrides` and `ClusterMirror`):
 - wl-1: every agent stops acknowledging spec generations (stuck generations);
@@ -11,16 +11,20 @@ What goes wrong (simulator scenario knobs, `SimConfig.workload_overrides` and `C
   against a 60 s readiness SLO (an allocation-delivery failure burst and a readiness SLO burn).
 
 Only the copies differ from what ships: the rules are rendered by the rules generator with
-`for` durations (and the stuck-generation threshold) shortened through `alerts.config.Config`;
+`for` durations (and the stuck-generation and readiness-p95 thresholds) shortened through
+`alerts.config.Config`; the windows stay (a rate over a window longer than the data uses what is
+there, so the windowed alerts fire; they are not expected to resolve within the test);
 the Alertmanager config is the example with its endpoints pointed at this test, shorter group
-timers, a webhook tap on the pager receiver (so the page's raw alerts can be checked) and no
-email (no SMTP server here; email renders the same `zaroz.text` template as Slack).
+timers, a webhook tap on the pager receiver (so the page's raw alerts can be checked) and the
+email sent to this test's SMTP sink without TLS.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import email
+import email.policy
 import json
 import re
 import shutil
@@ -64,6 +68,9 @@ RULES = replace(
     generation_lag_for="3s",
     invalid_spec_for="3s",
     undelivered_for="3s",
+    # A warning beside the pages: readiness p95 above 60 s opens a ticket (webhook and email).
+    ready_p95_seconds=60.0,
+    ready_p95_for="3s",
     burn_rates=tuple(replace(b, for_="3s") for b in DEFAULT_BURN_RATES),
 )
 SIM = SimConfig(
@@ -110,6 +117,9 @@ PAGES = {
     ),
 }
 RESOLVED_AFTER_FIX = [("ZarozGenerationStuck", STUCK), ("ZarozGenerationStuckInvalidSpec", INVALID)]
+# A warning no page covers: it must reach the tickets receiver, by webhook and by email.
+TICKET = ("ZarozUnitReadinessSlow", BURN)
+TICKET_SUBJECT = "] ZarozUnitReadinessSlow in workload wl-3"
 # Warnings that fire in Prometheus but must be inhibited by the matching page.
 INHIBITED = [
     ("ZarozReadinessBudgetBurn", BURN),  # the 1d/2h and 3d/6h pairs, by the 1h/5m page
@@ -173,7 +183,41 @@ class Inbox:
         return out
 
 
-def _alertmanager_config(receiver_url: str) -> dict[str, Any]:
+class SmtpSink:
+    """Just enough SMTP (RFC 5321) for Alertmanager to hand over its mail: no TLS, no auth."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[float, email.message.EmailMessage]] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"220 localhost ESMTP zaroz-test\r\n")
+        while line := await reader.readline():
+            cmd = line.decode(errors="replace").strip().upper()
+            if cmd.startswith(("EHLO", "HELO")):
+                writer.write(b"250-localhost\r\n250 8BITMIME\r\n")
+            elif cmd == "DATA":
+                writer.write(b"354 end with <CRLF>.<CRLF>\r\n")
+                await writer.drain()
+                data = []
+                while (part := await reader.readline()) not in (b".\r\n", b""):
+                    data.append(part[1:] if part.startswith(b"..") else part)
+                msg = email.message_from_bytes(b"".join(data), policy=email.policy.default)
+                self.messages.append((time.monotonic(), msg))  # type: ignore[arg-type]
+                writer.write(b"250 OK\r\n")
+            elif cmd == "QUIT":
+                writer.write(b"221 bye\r\n")
+                await writer.drain()
+                break
+            else:  # MAIL FROM, RCPT TO, RSET, NOOP
+                writer.write(b"250 OK\r\n")
+            await writer.drain()
+        writer.close()
+
+    def subjects(self) -> list[str]:
+        return [str(m["Subject"]) for _, m in self.messages]
+
+
+def _alertmanager_config(receiver_url: str, smtp_port: int) -> dict[str, Any]:
     """The example, pointed at the test, with timers short enough for a test."""
     cfg = yaml.safe_load(EXAMPLE.read_text())
     cfg["templates"] = [str(EXAMPLE.parent / t) for t in cfg["templates"]]
@@ -186,7 +230,8 @@ def _alertmanager_config(receiver_url: str) -> dict[str, Any]:
             slack["api_url"] = f"{receiver_url}/slack/{name}"
         for hook in receiver.get("webhook_configs", []):
             hook["url"] = f"{receiver_url}/webhook/{name}"
-        receiver.pop("email_configs", None)
+        for mail in receiver.get("email_configs", []):
+            mail.update(smarthost=f"127.0.0.1:{smtp_port}", require_tls=False)
         if name == "pager":  # the tap: the page's raw alerts, labels and annotations
             receiver.setdefault("webhook_configs", []).append(
                 {"url": f"{receiver_url}/webhook/{name}", "send_resolved": True})
@@ -249,6 +294,9 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
     prometheus = require("prometheus")
     alertmanager = _alertmanager_binary()
     inbox = Inbox()
+    smtp = SmtpSink()
+    smtp_server = await asyncio.start_server(smtp.handle, "127.0.0.1", 0)
+    smtp_port = smtp_server.sockets[0].getsockname()[1]
     app = web.Application()
     app.router.add_post("/{kind}/{receiver}", inbox.handle)
     runner = web.AppRunner(app)
@@ -264,7 +312,7 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
             rule_files.append(str(tmp / name))
         am_cfg = tmp / "alertmanager.yml"
         am_cfg.write_text(yaml.safe_dump(_alertmanager_config(
-            f"http://127.0.0.1:{receiver_port}")))
+            f"http://127.0.0.1:{receiver_port}", smtp_port)))
         try:
             async with _platform("127.0.0.1:0") as (mirror, exporter), aiohttp.ClientSession() as s:
                 (tmp / "prometheus.yml").write_text(json.dumps({
@@ -288,15 +336,16 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
                     stdout=subprocess.DEVNULL, stderr=(tmp / "prom.log").open("wb"),
                 ))
                 prom, am = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}"
-                await _run_incident(s, inbox, mirror, prom, am, tmp)
+                await _run_incident(s, inbox, smtp, mirror, prom, am, tmp)
         finally:
             for p in procs:
                 _stop(p)
             await runner.cleanup()
+            smtp_server.close()
 
 
-async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, mirror: ClusterMirror,
-                        prom: str, am: str, tmp: Path) -> None:
+async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, smtp: SmtpSink,
+                        mirror: ClusterMirror, prom: str, am: str, tmp: Path) -> None:
     async def firing_in_prometheus(alertname: str, workload: str, severity: str) -> list[Any]:
         body = await _get(s, f"{prom}/api/v1/query", query=(
             f'ALERTS{{alertname="{alertname}",workload="{workload}",severity="{severity}",'
@@ -327,7 +376,7 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, mirror: ClusterM
         for alertname, wl in INHIBITED:
             if not await firing_in_prometheus(alertname, wl, "warning"):
                 return False
-        return True
+        return any(TICKET_SUBJECT in subject for subject in smtp.subjects())
 
     await _wait("the pages of the incident", all_paged, FIRING_TIMEOUT, debug)
 
@@ -358,6 +407,23 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, mirror: ClusterM
     pd = inbox.of("pagerduty", "] ZarozGenerationStuck in workload wl-1")
     assert pd and pd[0]["event_action"] == "trigger"
     assert pd[0]["links"][0]["href"].startswith(DEFAULT_RUNBOOK_BASE + "#zarozgenerationstuck")
+
+    # The ticket: a warning the pages do not cover goes to the team by webhook and email.
+    ticket = inbox.webhooks(TICKET[0], TICKET[1], "firing")
+    assert ticket and ticket[0]["receiver"] == "tickets"
+    assert ticket[0]["alerts"][0]["labels"]["severity"] == "warning"
+    mail = next(m for _, m in smtp.messages if TICKET_SUBJECT in str(m["Subject"]))
+    assert str(mail["Subject"]).startswith("[FIRING:1] ") and mail["To"] == "zaroz-team@example.com"
+    body = mail.get_body(preferencelist=("plain",)).get_content()  # type: ignore[union-attr]
+    body = body.replace("\r\n", "\n")
+    assert re.search(
+        r"Firing \(1\):\n- workload wl-3, since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC\n"
+        r"  Workload wl-3: 95% of units became ready within (\d+[dhm] )*\d+(\.\d+)?s over "
+        r"the last 5 minutes \(threshold 1m 0s\)\. Next: compare p50 with p95", body), body
+    assert f"Runbook: {DEFAULT_RUNBOOK_BASE}#zarozunitreadinessslow" in body
+    assert "{{" not in body and "<no value>" not in body
+    print("\n--- email as received (tickets receiver, firing) ---")
+    print(f"Subject: {mail['Subject']}\nTo: {mail['To']}\n\n{body}")
 
     # Inhibition: the warnings fire in Prometheus, Alertmanager holds them back, nobody hears.
     for alertname, wl in INHIBITED:
