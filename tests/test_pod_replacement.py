@@ -63,7 +63,7 @@ async def _feed_slowly(route: RouteServer, events: list[dict[str, Any]], seconds
 
 async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Path):
     prometheus = require("prometheus")
-    logs, _ = finite_logs(seed=17, workloads=1, seconds=1200, rate=1.0)
+    logs, _ = finite_logs(seed=17, workloads=1, seconds=700, rate=1.0)
     events = logs[WL]
     # The retained log: history (before the window), then live events while A runs, while B
     # replays, and after B caught up.
@@ -77,7 +77,7 @@ async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Pat
     route = RouteServer(SimConfig(workloads=1).workload_list())
     base = await route.start()
     route.append(WL, events[:history])
-    common = ("--events-url", base, "--workload", WL, "--wait", "1", "--page-limit", "3")
+    common = ("--events-url", base, "--workload", WL, "--wait", "1", "--page-limit", "4")
     a = Serve(*common, "--state-dir", str(tmp_path / "a"))
     b = Serve(*common, "--state-dir", str(tmp_path / "b"))  # the new pod: an empty emptyDir
     prom_port = free_port()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from exporter import catalog
@@ -208,3 +209,36 @@ def _shifted(event: dict[str, Any], seconds: int) -> dict[str, Any]:
     return {**event, "seq": event["seq"] + 1, "id": eid, "type": "units.scaled",
             "occurred_at": render(at, TimeForm(digits=0)), "unit": None,
             "data": {"from": 1, "to": 1, "reason": "test"}}
+
+
+async def test_sigterm_saves_everything_applied_without_a_scrape(tmp_path: Path):
+    logs, truth = finite_logs(seed=3, workloads=1, seconds=120, rate=0.7)
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    base = await route.start()
+    route.append("wl-1", logs["wl-1"])
+    state = tmp_path / "state"
+    serve = Serve("--events-url", base, "--workload", "wl-1", "--wait", "1",
+                  "--state-dir", str(state), "--checkpoint-interval", "0")
+    try:
+        await serve.start()
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as s:  # readiness only: no scrape, no checkpoint
+            while True:
+                async with s.get(serve.url + "/readyz") as r:
+                    if r.status == 200:
+                        break
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+        assert not (state / "checkpoint.json").exists()
+        await serve.terminate()
+        saved = orjson.loads((state / "checkpoint.json").read_bytes())
+        assert saved["workloads"]["wl-1"]["cursor"] == len(logs["wl-1"])
+        # The next process starts from it: the whole truth at once, nothing fetched again.
+        await serve.start()
+        async with aiohttp.ClientSession() as s:
+            got = await scrape(serve.url, s)
+        assert got is not None
+        assert_matches_truth(got, truth, ["wl-1"])
+    finally:
+        await serve.kill()
+        await route.stop()
