@@ -357,8 +357,10 @@ async def _emulator_main(conn: Connection, shape: Shape) -> None:
             conn.send((time.perf_counter() - t, emu.resource_version))
         elif cmd == "prerender":  # n lines of MODIFIED events after the last, in 64 KiB chunks
             if not stream_src:
+                # resourceVersions far ahead of the store's: no other watch (a stopped
+                # reflector's request still on its way) can ask for the stream's first one
                 stream_src.append(EventSource([emu.store.raw[k] for k in keys],
-                                              emu.resource_version, shape.seed + 4))
+                                              emu.resource_version + 10**9, shape.seed + 4))
             src = stream_src[0]
             start = src.rv
             lines = src.lines(rest[0])
