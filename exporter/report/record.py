@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from exporter.pipeline import Pipeline
-from exporter.replay import EXPIRE_EVERY, SummaryMetrics
+from exporter.replay import EXPIRE_EVERY
 from exporter.sinks.metrics.family import Registry
-from exporter.sources.files import NOT_JSON, workload_of
+from exporter.sinks.metrics.workload import WorkloadMetrics
+from exporter.sources.files import workload_of
 
 SLOWEST = 8  # units kept per workload and measurement (ready, drain)
 ANOMALIES_KEPT = 2000  # per workload; the counts stay exact beyond it
@@ -29,19 +30,22 @@ class Cursor:
     is being applied: an event that waited behind a gap is applied later, when another line is
     read, so the lines of waiting events are kept (`pending`) until they are applied."""
 
-    __slots__ = ("applied_line", "applied_seq", "file", "line", "pending", "seq")
+    __slots__ = ("file", "line", "obj", "pending")
 
     def __init__(self) -> None:
         self.file = ""
         self.line = 0
-        self.seq: Any = None
+        self.obj: Any = None  # the event being offered (None: a line that is not JSON)
         self.pending: dict[int, int] = {}  # seq -> line, of events waiting behind a gap
-        self.applied_seq: Any = None
-        self.applied_line = 0
 
-    def applying(self, seq: int) -> None:
-        self.applied_seq = seq
-        self.applied_line = self.pending.pop(seq, self.line) if self.pending else self.line
+    @property
+    def seq(self) -> Any:
+        """The seq of the event being offered, read only when an anomaly needs it."""
+        return self.obj.get("seq") if type(self.obj) is dict else None
+
+    def line_of(self, seq: int) -> int:
+        """The line an event being applied was read from."""
+        return self.pending.get(seq, self.line) if self.pending else self.line
 
 
 class Timelines:
@@ -49,6 +53,7 @@ class Timelines:
 
     def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor
+        self.log: Any = None  # the WorkloadLog: its `next` is the seq being applied
         self.live: dict[str, list[Event]] = {}
         self.scores: dict[str, dict[str, int]] = defaultdict(dict)  # measurement -> uid -> ns
         self.heaps: dict[str, list[tuple[int, str]]] = {"ready": [], "drain": []}
@@ -58,7 +63,7 @@ class Timelines:
         evs = self.live.get(uid)
         if evs is None:
             evs = self.live[uid] = []
-        evs.append((at, t, self.cursor.applied_seq))
+        evs.append((at, t, self.log.next))
         if t == "unit.destroyed":
             self.finish(uid)
 
@@ -90,13 +95,15 @@ class Timelines:
         return sorted(self.heaps[m], reverse=True)
 
 
-class ReportMetrics(SummaryMetrics):
-    """The summary's samples, plus (duration, end time, unit) of each and located anomalies."""
+class ReportMetrics(WorkloadMetrics):
+    """The metrics, plus (duration, end time, unit) of each headline measurement (the summary's
+    samples) and located anomalies."""
 
     def __init__(self, registry: Registry, workload: str, cursor: Cursor) -> None:
         super().__init__(registry, workload)
         self.cursor = cursor
         self.points: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+        self._samples: tuple[int, dict[str, list[int]]] = (-1, {})
         self.anomalies: list[tuple[str, str, int, Any, str]] = []  # kind, file, line, seq, what
         self.timelines = Timelines(self.cursor)
 
@@ -106,9 +113,13 @@ class ReportMetrics(SummaryMetrics):
             c = self.cursor
             self.anomalies.append((kind, c.file, c.line, c.seq if seq is None else seq, what))
 
-    def applied(self, type_label: str, seq: int) -> None:
-        super().applied(type_label, seq)
-        self.cursor.applying(seq)
+    @property
+    def samples(self) -> dict[str, list[int]]:
+        """As SummaryMetrics keeps them, for `replay --summary` and the report's numbers."""
+        n = sum(map(len, self.points.values()))
+        if self._samples[0] != n:
+            self._samples = (n, {m: [p[0] for p in pts] for m, pts in self.points.items()})
+        return self._samples[1]
 
     def ready(self, unit_id: str, ns: int) -> None:
         super().ready(unit_id, ns)
@@ -141,35 +152,14 @@ class ReportMetrics(SummaryMetrics):
         """Located at the event being applied, which may have waited behind a gap."""
         super().skew(measurement)
         if len(self.anomalies) < ANOMALIES_KEPT:
-            c = self.cursor
-            self.anomalies.append(("clock skew", c.file, c.applied_line, c.applied_seq,
+            c, seq = self.cursor, self.timelines.log.next
+            self.anomalies.append(("clock skew", c.file, c.line_of(seq), seq,
                                    f"{measurement}: end stamped before start"))
 
 
 def recording(cursor: Cursor) -> Callable[[Registry, str], ReportMetrics]:
     """The pipeline's observer factory: every workload's ReportMetrics reads one cursor."""
     return lambda registry, workload: ReportMetrics(registry, workload, cursor)
-
-
-def read_numbered(path: Path, size: int = 32) -> Iterator[list[tuple[int, Any]]]:
-    """Like sources.files.read_batches, with each line's number (blank lines count)."""
-    loads = orjson.loads
-    error = orjson.JSONDecodeError
-    n = 0
-    with open(path, "rb") as f:
-        while True:
-            lines = f.readlines(size * 256)
-            if not lines:
-                return
-            batch: list[tuple[int, Any]] = []
-            for line in lines:
-                n += 1
-                try:
-                    batch.append((n, loads(line)))
-                except error:
-                    if not line.isspace():
-                        batch.append((n, NOT_JSON))
-            yield batch
 
 
 def _chain(first: Tap | None, second: Tap) -> Tap:
@@ -184,36 +174,41 @@ def _chain(first: Tap | None, second: Tap) -> Tap:
 
 def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path], workload: str | None,
                          cursor: Cursor) -> None:
-    """replay.apply_files, telling the cursor where each event was read."""
+    """replay.apply_files, telling the cursor where each event was read (blank lines count)."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
     for path in files:
         name = workload or workload_of(path)
         log = pipeline.workload(name)
         obs: ReportMetrics = log.obs  # type: ignore[assignment]
-        if getattr(log, "_report_tap", None) is None:
+        if obs.timelines.log is None:
+            obs.timelines.log = log
             log.tap = _chain(log.tap, obs.timelines.tap)
-            log._report_tap = True  # type: ignore[attr-defined]
         offer, reject = log.offer, log.reject_json
         pending = cursor.pending
         cursor.file = path.name
         n = 0
-        for batch in read_numbered(path):
-            for line, obj in batch:
-                cursor.line = line
-                if obj is NOT_JSON:
-                    cursor.seq = None
-                    reject()
-                else:
-                    seq = cursor.seq = obj.get("seq") if type(obj) is dict else None
-                    if type(seq) is int and seq > log.next:  # it will wait behind a gap
-                        pending[seq] = line
-                    offer(obj)
-            n += len(batch)
-            if n >= EXPIRE_EVERY:
-                n = 0
-                pipeline.expire_workload(name, log.clock)
-                obs.timelines.finish_all(log.units)
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                cursor.line = n
+                try:
+                    obj = cursor.obj = loads(line)
+                except error:
+                    if not line.isspace():
+                        cursor.obj = None
+                        reject()
+                    continue
+                offer(obj)
+                if log.pending:  # rare: did this event stay behind a gap?
+                    seq = cursor.seq
+                    if seq in log.pending:
+                        pending[seq] = n
+                if n % EXPIRE_EVERY == 0:
+                    pipeline.expire_workload(name, log.clock)
+                    obs.timelines.finish_all(log.units)
+                    for s in [s for s in pending if s < log.next]:
+                        del pending[s]
     for name, log in pipeline.logs.items():
-        cursor.file, cursor.line, cursor.seq = "(end of input)", 0, None
+        cursor.file, cursor.line, cursor.obj = "(end of input)", 0, None
         cursor.pending.clear()  # lines of another file's waiting events are not this one's
         log.flush()
         pipeline.expire_workload(name, log.clock)
