@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +25,35 @@ Event = tuple[str, str, Any]  # (occurred_at, type, seq)
 Tap = Callable[[str, str, str, dict[str, Any], str | None], None]
 
 
-class Cursor:
-    """Where the reader is (the file, line and seq of the event being offered), and which event
-    is being applied: an event that waited behind a gap is applied later, when another line is
-    read, so the lines of waiting events are kept (`pending`) until they are applied."""
+class _NotJson:
+    """A line that does not parse: one instance per line, so the cursor can find it."""
 
-    __slots__ = ("file", "line", "obj", "pending")
+    __slots__ = ()
+
+
+class Cursor:
+    """Where the reader is: the file, and the event being offered (`obj`) within the batch of
+    lines being applied. The line number is worked out only when an anomaly asks for it, so an
+    event costs one attribute store. An event that waits behind a gap is applied later, when
+    another line is read: the lines of waiting events are kept (`pending`) until applied."""
+
+    __slots__ = ("base", "batch", "file", "linemap", "obj", "pending")
 
     def __init__(self) -> None:
         self.file = ""
-        self.line = 0
-        self.obj: Any = None  # the event being offered (None: a line that is not JSON)
+        self.base = 0  # lines before the batch
+        self.batch: list[Any] = []  # the batch's decoded lines, blank lines left out
+        self.linemap: list[int] | None = None  # batch index -> line in it, when blanks moved it
+        self.obj: Any = None
         self.pending: dict[int, int] = {}  # seq -> line, of events waiting behind a gap
+
+    @property
+    def line(self) -> int:
+        """The line of the event being offered (0: none, at the end of input)."""
+        for i, o in enumerate(self.batch):
+            if o is self.obj:
+                return self.base + (self.linemap[i] if self.linemap else i + 1)
+        return 0
 
     @property
     def seq(self) -> Any:
@@ -45,7 +62,8 @@ class Cursor:
 
     def line_of(self, seq: int) -> int:
         """The line an event being applied was read from."""
-        return self.pending.get(seq, self.line) if self.pending else self.line
+        line = self.pending.get(seq) if self.pending else None
+        return self.line if line is None else line
 
 
 class Timelines:
@@ -54,18 +72,22 @@ class Timelines:
     def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor
         self.log: Any = None  # the WorkloadLog: its `next` is the seq being applied
-        self.live: dict[str, list[Event]] = {}
+        self.live: defaultdict[str, list[Event]] = defaultdict(list)
         self.scores: dict[str, dict[str, int]] = defaultdict(dict)  # measurement -> uid -> ns
         self.heaps: dict[str, list[tuple[int, str]]] = {"ready": [], "drain": []}
         self.kept: dict[str, list[Event]] = {}
 
-    def tap(self, uid: str, t: str, at: str, data: dict[str, Any], key: str | None) -> None:
-        evs = self.live.get(uid)
-        if evs is None:
-            evs = self.live[uid] = []
-        evs.append((at, t, self.log.next))
-        if t == "unit.destroyed":
-            self.finish(uid)
+    def tap_for(self, log: Any) -> Tap:
+        """The WorkloadLog's tap: called for every unit event, so a closure over locals. The
+        log's `next` is the seq of the event being applied."""
+        self.log = log
+        live, finish = self.live, self.finish
+
+        def tap(uid: str, t: str, at: str, data: dict[str, Any], key: str | None) -> None:
+            live[uid].append((at, t, log.next))
+            if t == "unit.destroyed":
+                finish(uid)
+        return tap
 
     def finish(self, uid: str) -> None:
         evs = self.live.pop(uid, None)
@@ -172,43 +194,68 @@ def _chain(first: Tap | None, second: Tap) -> Tap:
     return both
 
 
+def _batches(path: Path, cursor: Cursor) -> Iterator[list[Any]]:
+    """Decoded lines in batches (as sources.files.read_batches), the cursor told where each
+    batch starts and, when it held blank lines, where each item sits in it."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    base = 0
+    with open(path, "rb") as f:
+        while True:
+            lines = f.readlines(8192)
+            if not lines:
+                return
+            batch: list[Any] = []
+            append = batch.append
+            blank = False
+            for line in lines:
+                try:
+                    append(loads(line))
+                except error:
+                    if line.isspace():
+                        blank = True
+                    else:
+                        append(_NotJson())
+            # Where the kept lines sit among all of the batch's, when blank lines moved them.
+            linemap = [k + 1 for k, ln in enumerate(lines) if not ln.isspace()] if blank else None
+            cursor.base, cursor.batch, cursor.linemap = base, batch, linemap
+            base += len(lines)
+            yield batch
+
+
 def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path], workload: str | None,
                          cursor: Cursor) -> None:
-    """replay.apply_files, telling the cursor where each event was read (blank lines count)."""
-    loads, error = orjson.loads, orjson.JSONDecodeError
+    """replay.apply_files, telling the cursor which event is being offered (blank lines
+    count in line numbers)."""
     for path in files:
         name = workload or workload_of(path)
         log = pipeline.workload(name)
         obs: ReportMetrics = log.obs  # type: ignore[assignment]
         if obs.timelines.log is None:
-            obs.timelines.log = log
-            log.tap = _chain(log.tap, obs.timelines.tap)
+            log.tap = _chain(log.tap, obs.timelines.tap_for(log))
         offer, reject = log.offer, log.reject_json
         pending = cursor.pending
         cursor.file = path.name
         n = 0
-        with open(path, "rb") as f:
-            for n, line in enumerate(f, 1):
-                cursor.line = n
-                try:
-                    obj = cursor.obj = loads(line)
-                except error:
-                    if not line.isspace():
-                        cursor.obj = None
-                        reject()
+        for batch in _batches(path, cursor):
+            for obj in batch:
+                cursor.obj = obj
+                if obj.__class__ is _NotJson:
+                    reject()
                     continue
                 offer(obj)
                 if log.pending:  # rare: did this event stay behind a gap?
                     seq = cursor.seq
-                    if seq in log.pending:
-                        pending[seq] = n
-                if n % EXPIRE_EVERY == 0:
-                    pipeline.expire_workload(name, log.clock)
-                    obs.timelines.finish_all(log.units)
-                    for s in [s for s in pending if s < log.next]:
-                        del pending[s]
+                    if seq in log.pending and seq not in pending:
+                        pending[seq] = cursor.line
+            n += len(batch)
+            if n >= EXPIRE_EVERY:
+                n = 0
+                pipeline.expire_workload(name, log.clock)
+                obs.timelines.finish_all(log.units)
+                for s in [s for s in pending if s < log.next]:
+                    del pending[s]
     for name, log in pipeline.logs.items():
-        cursor.file, cursor.line, cursor.obj = "(end of input)", 0, None
+        cursor.file, cursor.batch, cursor.obj = "(end of input)", [], None
         cursor.pending.clear()  # lines of another file's waiting events are not this one's
         log.flush()
         pipeline.expire_workload(name, log.clock)
