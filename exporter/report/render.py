@@ -42,6 +42,8 @@ EXTRA_CSS = """
 .wl h2{margin-top:4px}
 .cols{display:grid;grid-template-columns:repeat(auto-fill,minmax(320px,1fr));gap:12px}
 td.lane{padding:2px 8px}
+svg.trend,svg.lane{width:100%}
+code.trace,tr[data-unit] code{font-size:11px}
 """
 
 
@@ -143,9 +145,9 @@ def _slowest(wl: str, obs: ReportMetrics) -> str:
     legend = "".join(f'<span><i style="background:{c}"></i>{escape(p)}</span>'
                      for p, c in PHASE_COLORS.items() if p not in ("stopped",))
     return (f'<div class="legend">{legend}</div>'
-            '<table><colgroup><col style="width:17%"><col style="width:21%">'
-            '<col style="width:8%"><col style="width:8%"><col style="width:8%">'
-            '<col style="width:38%"></colgroup><tr><th>unit</th><th>trace id</th>'
+            '<table><colgroup><col style="width:17%"><col style="width:23%">'
+            '<col style="width:7%"><col style="width:7%"><col style="width:7%">'
+            '<col style="width:39%"></colgroup><tr><th>unit</th><th>trace id</th>'
             '<th>ready</th><th>drain</th><th title="first to last event">life</th>'
             f"<th>timeline (same scale, from its first event; 0 – {svg.fmt_s(span)})</th></tr>"
             + "".join(rows) + "</table>")
