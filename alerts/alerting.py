@@ -90,8 +90,10 @@ def percent(ratio: float) -> str:
     return f"{ratio * 100:.4g}%"
 
 
-def count_of(query: str, fmt: str = "humanize") -> str:
-    """A template fragment: the value of `query` with `%q` filled by the alert's workload.
+def count_of(query: str, fmt: str = "humanize", cl: str = recording.CLUSTER_LABEL) -> str:
+    """A template fragment: the value of `query` with each `workload=%q` filled by the alert's
+    workload and cluster (`cl`: an alert without the label reads "", which matches series
+    without it), so the count is of the alert's cluster only.
 
     Prometheus runs it when the alert fires, so a per-UnitSignal alert can say how many of the
     workload's UnitSignals share its problem (Alertmanager groups them by workload).
@@ -99,7 +101,11 @@ def count_of(query: str, fmt: str = "humanize") -> str:
     value = "{{ . | first | value | humanize }}" if fmt == "humanize" else (
         '{{ . | first | value | printf "%.0f" }}'
     )
-    args = " $labels.workload" * query.count("%q")
+    n = query.count("workload=%q")
+    if n != query.count("%q"):
+        raise ValueError(f"every %q must be a workload=%q matcher: {query}")
+    query = query.replace("workload=%q", f"{cl}=%q,workload=%q")
+    args = f" $labels.{cl} $labels.workload" * n
     return f"{{{{ with printf `{query}`{args} | query }}}}{value}{{{{ else }}}}0{{{{ end }}}}"
 
 
@@ -110,13 +116,14 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
     happening (so the alert resolves minutes after the burn stops).
     """
     pairs = [(b.long, b.short, b.factor, b.for_, b.severity) for b in config.burn_rates]
+    cl = config.cluster_label
     out = []
     budget = slo.error_budget
     for long, short, factor, for_, severity in pairs:
         limit = f"({_num(factor)} * {budget:.6g})"
         expr = (
             f"{recording.slo_error_ratio_name(slo.key, long)} > {limit}\n"
-            f"and on (workload)\n"
+            f"and on ({cl}, workload)\n"
             f"{recording.slo_error_ratio_name(slo.key, short)} > {limit}"
         )
         out.append(
@@ -130,7 +137,7 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
                 f"of {what.lower()} took longer than {_num(slo.threshold)} s over the last "
                 f"{long} (and the last {short}), out of "
                 + count_of(f"sum(increase({slo.histogram}_count{{workload=%q}}[{long}]))",
-                           fmt="int")
+                           fmt="int", cl=cl)
                 + f" measured in the last {long}: {_num(factor)}x the rate the "
                 f"{slo.objective:.4g} objective allows (threshold "
                 f"{percent(factor * budget)}).",
@@ -146,7 +153,8 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
 def alerts(config: Config) -> list[Alert]:
     """Every alert, in file order."""
     c = config
-    us = "namespace, unitsignal, workload"
+    cl = c.cluster_label  # kept in every aggregation: clusters are never merged
+    us = f"{cl}, namespace, unitsignal, workload"
     ready_slo = c.slo("readiness")
     ack_slo = c.slo("allocation_ack")
     return [
@@ -170,7 +178,7 @@ def alerts(config: Config) -> list[Alert]:
                 "(zaroz_unitsignal_generation_lag_seconds{workload=%q}) > "
                 f"{_num(c.generation_lag_seconds)} unless on (namespace, unitsignal) "
                 "max by (namespace, unitsignal) "
-                "(zaroz_unitsignal_generation_stuck_invalid_spec{workload=%q}) == 1)"
+                "(zaroz_unitsignal_generation_stuck_invalid_spec{workload=%q}) == 1)", cl=cl,
             )
             + ".",
             "zaroz-unitsignals",
@@ -188,7 +196,8 @@ def alerts(config: Config) -> list[Alert]:
             "{{ $labels.workload }}) has a pending generation whose spec fails the schema; "
             "the agent refuses it, so the unit will not follow its spec. UnitSignals of the "
             "workload stuck on an invalid spec: "
-            + count_of("sum(zaroz_unitsignal_generation_stuck_invalid_spec{workload=%q})")
+            + count_of("sum(zaroz_unitsignal_generation_stuck_invalid_spec{workload=%q})",
+                       cl=cl)
             + ".",
             "zaroz-unitsignals",
             next_step="read the spec (kubectl -n {{ $labels.namespace }} get unitsignal "
@@ -209,7 +218,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}UnitSignalConformanceViolations",
-            "sum by (workload, rule) "
+            f"sum by ({cl}, workload, rule) "
             "(increase(zaroz_unitsignal_conformance_violations_total[15m])) > 0",
             "",
             "info",
@@ -257,7 +266,7 @@ def alerts(config: Config) -> list[Alert]:
             + count_of(
                 'sum(increase(zaroz_unit_allocations_total{workload=%q,outcome="undelivered"}'
                 "[5m]))",
-                fmt="int",
+                fmt="int", cl=cl,
             )
             + " allocations.",
             "zaroz-lifecycle",
@@ -266,7 +275,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}DrainTooLong",
-            "max by (workload) "
+            f"max by ({cl}, workload) "
             '(zaroz_workload_unitsignal_oldest_phase_seconds{phase="draining"})'
             f" > {_num(c.drain_seconds)}\n"
             f"or\n"
@@ -298,7 +307,7 @@ def alerts(config: Config) -> list[Alert]:
         # The event log and its tail.
         Alert(
             f"{PREFIX}EventsMissing",
-            "sum by (workload) "
+            f"sum by ({cl}, workload) "
             f"(increase(zaroz_events_missing_total[{c.events_missing_window}])) > 0",
             c.events_missing_for,
             "warning",
@@ -313,8 +322,9 @@ def alerts(config: Config) -> list[Alert]:
         Alert(
             f"{PREFIX}EventTailStalled",
             f"{recording.EVENTS_BEHIND} > 0\n"
-            f"and on (workload)\n"
-            f"max by (workload) (changes(zaroz_events_last_seq[{c.tail_stalled_window}])) == 0",
+            f"and on ({cl}, workload)\n"
+            f"max by ({cl}, workload) "
+            f"(changes(zaroz_events_last_seq[{c.tail_stalled_window}])) == 0",
             c.tail_stalled_for,
             "warning",
             "The exporter stopped applying a workload's events.",
@@ -326,7 +336,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}EventRouteFailing",
-            "time() - max by (workload) (zaroz_route_last_success_timestamp_seconds) > "
+            f"time() - max by ({cl}, workload) (zaroz_route_last_success_timestamp_seconds) > "
             f"{_num(c.route_success_age_seconds)}",
             c.route_success_for,
             "warning",
@@ -340,7 +350,7 @@ def alerts(config: Config) -> list[Alert]:
         # Kubernetes list/watch.
         Alert(
             f"{PREFIX}KubeWatchFailing",
-            "sum by (scope) (rate(zaroz_kube_failures_total[5m])) > "
+            f"sum by ({cl}, scope) (rate(zaroz_kube_failures_total[5m])) > "
             f"{_num(c.kube_failure_rate)}",
             c.kube_failures_for,
             "warning",
@@ -353,7 +363,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}KubeNotSynced",
-            "max by (scope) (zaroz_kube_synced) == 0",
+            f"max by ({cl}, scope) (zaroz_kube_synced) == 0",
             c.kube_not_synced_for,
             "warning",
             "The UnitSignal reflector has not completed its first list.",
@@ -364,7 +374,7 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}KubeWatchSilent",
-            "time() - max by (scope) (zaroz_kube_last_watch_event_timestamp_seconds) > "
+            f"time() - max by ({cl}, scope) (zaroz_kube_last_watch_event_timestamp_seconds) > "
             f"{_num(c.kube_watch_event_age_seconds)}",
             c.kube_watch_event_for,
             "warning",
@@ -390,8 +400,9 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}ExporterShardMissing",
-            f"count(count_values(\"ordinal\", zaroz_exporter_shard{{{c.job_selector}}}))"
-            f" < max(zaroz_exporter_shards{{{c.job_selector}}})",
+            f"count by ({cl}) (count_values by ({cl}) (\"ordinal\", "
+            f"zaroz_exporter_shard{{{c.job_selector}}}))"
+            f" < max by ({cl}) (zaroz_exporter_shards{{{c.job_selector}}})",
             c.shard_missing_for,
             "critical",
             "A shard of the zaroz exporter is missing.",

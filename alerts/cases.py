@@ -155,6 +155,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
     only through the SLO cases; the other cases assume the default thresholds (a test checks)."""
     p = alerting.PREFIX
     return {
+        "clusters": _cluster_cases(config),
         "unitsignals": [
             Case(
                 # us-1's lag passes 300 s at 6m (360); for 5m: silent at 10m, firing at 11m.
@@ -601,6 +602,84 @@ def cases(config: Config) -> dict[str, list[Case]]:
             ),
         ],
     }
+
+
+def _cluster_cases(config: Config) -> list[Case]:
+    """Two clusters with the same workload and UnitSignal names: each alert must judge each
+    cluster alone. Every case is built so that merging the clusters would change the outcome
+    (a healthy cluster hiding a broken one, or one cluster's state suppressing the other's)."""
+    p = alerting.PREFIX
+    cl = config.cluster_label
+    a, b = {cl: "a"}, {cl: "b"}
+    return [
+        Case(
+            # a's us-1 is stuck (lag passes 300 s at 6m, fires at 11m); b's us-1, same name,
+            # waits on an invalid spec. Merged, b's invalid spec would hide a's stuck agent.
+            f"{p}GenerationStuck per cluster",
+            f"{p}GenerationStuck",
+            [
+                (sel("zaroz_unitsignal_generation_lag_seconds", **a, **US1), "0+60x30"),
+                (sel("zaroz_unitsignal_generation_stuck_invalid_spec", **a, **US1), "0x30"),
+                (sel("zaroz_unitsignal_generation_lag_seconds", **b, **US1), "0+60x30"),
+                (sel("zaroz_unitsignal_generation_stuck_invalid_spec", **b, **US1), "1x30"),
+            ],
+            [("10m", []), ("11m", [Fire({**a, **US1}, _stuck_desc("us-1", "11m 0s", 1))])],
+        ),
+        Case(
+            # a: every unit ready in (300, 600] s, p95 585 s; b: 100x as many in <= 60 s.
+            # Merged, the p95 would be under 60 s and nothing would fire.
+            f"{p}UnitReadinessSlow per cluster",
+            f"{p}UnitReadinessSlow",
+            _hist(recording.READY, {**a, "workload": "wl"},
+                  {"60": "0x30", "300": "0x30", "600": "0+1x30", "+Inf": "0+1x30"})
+            + _hist(recording.READY, {**b, "workload": "wl"},
+                    {"60": "0+100x30", "300": "0+100x30", "600": "0+100x30",
+                     "+Inf": "0+100x30"}),
+            [("15m", []), ("16m", [Fire(
+                {**a, "workload": "wl"},
+                "Workload wl: 95% of units became ready within 9m 45s over the last 5 minutes "
+                "(threshold 5m 0s).")])],
+            exprs=[(recording.quantile_name(recording.READY, "p95"), "16m",
+                    [({**a, "workload": "wl"}, 585.0), ({**b, "workload": "wl"}, 57.0)])],
+        ),
+        Case(
+            # a: 1 of 4 allocations undelivered (25%); b: 200 a minute, all delivered.
+            # Merged: 1 of 204 (0.5%), under the 5% threshold.
+            f"{p}AllocationsUndelivered per cluster",
+            f"{p}AllocationsUndelivered",
+            [
+                (sel("zaroz_unit_allocations_total", **a, workload="wl", outcome="delivered"),
+                 "0+3x30"),
+                (sel("zaroz_unit_allocations_total", **a, workload="wl", outcome="undelivered"),
+                 "0+1x30"),
+                (sel("zaroz_unit_allocations_total", **b, workload="wl", outcome="delivered"),
+                 "0+200x30"),
+            ],
+            [("10m", []), ("11m", [Fire(
+                {**a, "workload": "wl"},
+                "Workload wl: 25% of allocations ended undelivered over the last 5 minutes "
+                "(threshold 5%), 5 allocations.")])],
+            exprs=[(recording.ALLOCATIONS_UNDELIVERED_RATIO, "11m",
+                    [({**a, "workload": "wl"}, 0.25), ({**b, "workload": "wl"}, 0.0)])],
+        ),
+        Case(
+            # a's tail is stalled from 0m (head ahead, applied seq flat; for 5m: silent at 4m,
+            # firing at 5m); b's, same workload, moves and is caught up. Merged (max of both),
+            # a would read as caught up.
+            f"{p}EventTailStalled per cluster",
+            f"{p}EventTailStalled",
+            [
+                (sel("zaroz_route_head_seq", **a, workload="wl"), "100x30"),
+                (sel("zaroz_events_last_seq", **a, workload="wl"), "50x30"),
+                (sel("zaroz_route_head_seq", **b, workload="wl"), "1000+10x30"),
+                (sel("zaroz_events_last_seq", **b, workload="wl"), "1000+10x30"),
+            ],
+            [("4m", []), ("5m", [Fire(
+                {**a, "workload": "wl"},
+                "Workload wl: the events route is 50 events ahead and the applied seq has not "
+                f"moved for {config.tail_stalled_window}.")])],
+        ),
+    ]
 
 
 def _stuck_desc(unitsignal: str, dur: str, count: int) -> str:

@@ -90,6 +90,9 @@ class Config:
 
     # Selector of the exporter's scrape job, used by the absence alert and to scope `up`.
     job_selector: str = 'job="zaroz-exporter"'
+    # The label telling clusters apart (kubernetes-mixin's clusterLabel): every rule keeps it
+    # in its aggregations, so one set of rules never merges two clusters' series.
+    cluster_label: str = recording.CLUSTER_LABEL
     slos: tuple[SLO, ...] = field(
         default_factory=lambda: (
             SLO("readiness", 0.99, 60.0),

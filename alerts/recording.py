@@ -8,6 +8,11 @@ breaks their tests instead of silently emptying a panel.
 
 The names never depend on configuration; only the SLO thresholds inside the SLO error-ratio
 expressions do (see `alerts.config.SLO`), so a dashboard can always use the same name.
+
+Every aggregation keeps the cluster label (kubernetes-mixin's `clusterLabel`, configurable,
+`cluster` by default): Prometheus (external or target labels) or a global view (Thanos, Mimir)
+adds it, and one rule file then serves many clusters without merging them. Where series carry
+no such label, `by (cluster, ...)` is the same as without it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ QUANTILES: dict[str, float] = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 # The rate window of quantile and ratio records: short enough for dashboards to follow an
 # incident, long enough to hold a few observations at a 15-60 s scrape interval.
 WINDOW = "5m"
+
+CLUSTER_LABEL = "cluster"  # the default; alerts.config.Config.cluster_label overrides it
 
 # SLO windows: the SRE workbook's multi-window multi-burn-rate pairs (long, short):
 # page on (1h, 5m) and (6h, 30m), ticket on (1d, 2h) and (3d, 6h).
@@ -118,33 +125,35 @@ def check_bucket_boundary(histogram: str, threshold: float) -> str:
     return le_value(threshold)
 
 
-def _quantile_rules() -> Iterable[RecordingRule]:
+def _quantile_rules(cl: str = CLUSTER_LABEL) -> Iterable[RecordingRule]:
     for h in QUANTILE_HISTOGRAMS:
         yield RecordingRule(
             rate_name(h),
-            f"sum by (workload) (rate({h}_count[{WINDOW}]))",
+            f"sum by ({cl}, workload) (rate({h}_count[{WINDOW}]))",
             "zaroz-quantiles",
         )
         for key, q in QUANTILES.items():
             yield RecordingRule(
                 quantile_name(h, key),
-                f"histogram_quantile({q}, sum by (workload, le) (rate({h}_bucket[{WINDOW}])))",
+                f"histogram_quantile({q}, sum by ({cl}, workload, le) "
+                f"(rate({h}_bucket[{WINDOW}])))",
                 "zaroz-quantiles",
             )
 
 
-def _ratio_rules() -> Iterable[RecordingRule]:
+def _ratio_rules(cl: str = CLUSTER_LABEL) -> Iterable[RecordingRule]:
     g = "zaroz-ratios"
     for counter, rate, ratio in (
         ("zaroz_unit_allocations_total", ALLOCATIONS_RATE, ALLOCATIONS_RATIO),
         ("zaroz_unit_startups_total", STARTUPS_RATE, STARTUPS_RATIO),
     ):
-        yield RecordingRule(rate, f"sum by (workload, outcome) (rate({counter}[{WINDOW}]))", g)
+        yield RecordingRule(
+            rate, f"sum by ({cl}, workload, outcome) (rate({counter}[{WINDOW}]))", g)
         # A workload without outcomes in the window has no ratio (0/0 would be NaN).
         yield RecordingRule(
             ratio,
             f"{rate} / ignoring (outcome) group_left () "
-            f"(sum by (workload) ({rate}) > 0)",
+            f"(sum by ({cl}, workload) ({rate}) > 0)",
             g,
         )
     for name, source, outcome in (
@@ -161,16 +170,18 @@ def _ratio_rules() -> Iterable[RecordingRule]:
             g,
         )
     yield RecordingRule(
-        EVENTS_MISSING_RATE, f"sum by (workload) (rate(zaroz_events_missing_total[{WINDOW}]))", g
+        EVENTS_MISSING_RATE,
+        f"sum by ({cl}, workload) (rate(zaroz_events_missing_total[{WINDOW}]))", g,
     )
     yield RecordingRule(
         EVENTS_BEHIND,
-        "max by (workload) (zaroz_route_head_seq) - max by (workload) (zaroz_events_last_seq)",
+        f"max by ({cl}, workload) (zaroz_route_head_seq) - "
+        f"max by ({cl}, workload) (zaroz_events_last_seq)",
         g,
     )
 
 
-def slo_rules(slo: str, threshold: float) -> list[RecordingRule]:
+def slo_rules(slo: str, threshold: float, cl: str = CLUSTER_LABEL) -> list[RecordingRule]:
     """Error ratios of one SLO over every SLO window (1 - share of observations <= threshold).
 
     `clamp_min(..., 0)` guards against the bucket and count series being scraped a hair apart.
@@ -179,8 +190,8 @@ def slo_rules(slo: str, threshold: float) -> list[RecordingRule]:
     le = check_bucket_boundary(h, threshold)
     out = []
     for w in SLO_WINDOWS:
-        good = f'sum by (workload) (rate({h}_bucket{{le="{le}"}}[{w}]))'
-        total = f"sum by (workload) (rate({h}_count[{w}]))"
+        good = f'sum by ({cl}, workload) (rate({h}_bucket{{le="{le}"}}[{w}]))'
+        total = f"sum by ({cl}, workload) (rate({h}_count[{w}]))"
         out.append(
             RecordingRule(
                 slo_error_ratio_name(slo, w),
@@ -191,7 +202,8 @@ def slo_rules(slo: str, threshold: float) -> list[RecordingRule]:
     return out
 
 
-def recording_rules(slo_thresholds: dict[str, float] | None = None) -> list[RecordingRule]:
+def recording_rules(slo_thresholds: dict[str, float] | None = None,
+                    cluster_label: str = CLUSTER_LABEL) -> list[RecordingRule]:
     """Every recording rule, in file order. `slo_thresholds` maps SLO key to seconds.
 
     Defaults come from `alerts.config` so dashboards calling this get the shipped rules.
@@ -200,9 +212,9 @@ def recording_rules(slo_thresholds: dict[str, float] | None = None) -> list[Reco
         from alerts.config import DEFAULT_CONFIG
 
         slo_thresholds = {s.key: s.threshold for s in DEFAULT_CONFIG.slos}
-    rules = [*_quantile_rules(), *_ratio_rules()]
+    rules = [*_quantile_rules(cluster_label), *_ratio_rules(cluster_label)]
     for slo, threshold in slo_thresholds.items():
-        rules.extend(slo_rules(slo, threshold))
+        rules.extend(slo_rules(slo, threshold, cluster_label))
     return rules
 
 

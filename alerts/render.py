@@ -53,7 +53,8 @@ def _groups(items: list[tuple[str, dict[str, object]]]) -> dict[str, object]:
 def rule_files(config: Config = DEFAULT_CONFIG) -> dict[str, str]:
     """File name -> YAML text of the rule files."""
     slo = {s.key: s.threshold for s in config.slos}
-    rec = [(r.group, r.as_dict()) for r in recording.recording_rules(slo)]
+    rec = [(r.group, r.as_dict())
+           for r in recording.recording_rules(slo, config.cluster_label)]
     alr = [(a.group, a.as_dict(config)) for a in alerting.alerts(config)]
     return {"recording.yaml": dump(_groups(rec)), "alerts.yaml": dump(_groups(alr))}
 

@@ -10,7 +10,7 @@ import sys
 
 from bench._common import ROOT, child_env
 
-BENCHMARKS = ("replay", "scrape", "cluster", "webhook", "traces", "decoders")
+BENCHMARKS = ("replay", "report", "scrape", "cluster", "webhook", "traces", "decoders")
 
 
 def main(argv: list[str]) -> int:

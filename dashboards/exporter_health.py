@@ -16,7 +16,9 @@ UID = "zaroz-exporter"
 
 # Exporter-wide series of this exporter only: Prometheus' own scrape_* series carry the target's
 # job and instance, so they are joined on those to the exporter's build info.
-_SELF = "on (job, instance) group_left () max by (job, instance) (zaroz_exporter_build_info)"
+_C = lib.CLUSTER_LABEL
+_SELF = (f"on ({_C}, job, instance) group_left () max by ({_C}, job, instance) "
+         f"({select('zaroz_exporter_build_info')})")
 
 
 def _scrape(name: str) -> str:
@@ -24,7 +26,7 @@ def _scrape(name: str) -> str:
     if not name.startswith("scrape_"):
         raise ValueError(f"{name} is not one of Prometheus' scrape_* series")
     lib.metric("zaroz_exporter_build_info")
-    return f"{name} * {_SELF}"
+    return f"{name}{{{_C}{lib.CLUSTER}}} * {_SELF}"
 
 
 def build() -> g.Dashboard:

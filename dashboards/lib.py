@@ -32,11 +32,21 @@ TAGS = ["zaroz"]
 
 # Template variable names; panels refer to them as `$name`.
 DATASOURCE_VAR = "datasource"
+CLUSTER_VAR = "cluster"
+EXPORTER_VAR = "exporter"  # the exporter's base URL, for links to its overview page
 TRACING_VAR = "tracing"
 WORKLOAD_VAR = "workload"
 NAMESPACE_VAR = "namespace"
 
 PROMETHEUS = {"type": "prometheus", "uid": f"${{{DATASOURCE_VAR}}}"}
+
+# The label telling clusters apart (kubernetes-mixin's clusterLabel), as the rules keep it.
+# Every selector is filtered by the `$cluster` variable; where series carry no such label the
+# variable has no values, its value is empty and `=~""` matches them all.
+CLUSTER_LABEL = recording.CLUSTER_LABEL
+CLUSTER = f'=~"${CLUSTER_VAR}"'
+# Where the overview page is when nobody set the variable: the demo, or a port-forward.
+EXPORTER_URL = "http://localhost:9817"
 
 # Label matchers for the template variables (regex: multi-value and All expand to alternations).
 WORKLOAD = f'=~"${WORKLOAD_VAR}"'
@@ -78,6 +88,7 @@ def select(name: str, suffix: str = "", **matchers: str) -> str:
     unknown = set(matchers) - allowed
     if unknown:
         raise ValueError(f"{name} has no label(s) {sorted(unknown)}; it has {m.labels}")
+    matchers = {CLUSTER_LABEL: CLUSTER, **matchers}  # Prometheus adds the label, not us
     inner = ", ".join(f"{k}{v}" for k, v in matchers.items())
     return f"{name}{suffix}{{{inner}}}" if inner else f"{name}{suffix}"
 
@@ -86,6 +97,7 @@ def recorded(name: str, **matchers: str) -> str:
     """A recording rule's series, refusing names `alerts.recording` does not record."""
     if name not in recording.recording_names():
         raise KeyError(f"{name} is not a recording rule in alerts/recording.py")
+    matchers = {CLUSTER_LABEL: CLUSTER, **matchers}  # every rule keeps the cluster label
     inner = ", ".join(f"{k}{v}" for k, v in matchers.items())
     return f"{name}{{{inner}}}" if inner else name
 
@@ -260,6 +272,8 @@ def timeseries(
     """A time series panel with a table legend showing mean and max (what an on-call scans)."""
     if not description:
         raise ValueError(f"panel {title!r} needs a description")
+    if any("{{workload}}" in (t.legendFormat or "") for t in targets):
+        links = [*links, *workload_links()]
     return g.TimeSeries(
         title=title,
         description=description,
@@ -392,12 +406,70 @@ def query_variable(name: str, label: str, source: str, description: str) -> Vari
     )
 
 
+def cluster_variable() -> Variable:
+    """One cluster at a time (kubernetes-mixin's `$cluster`), from the exporter's build info.
+
+    Without a cluster label on the series there are no values: the variable is empty and its
+    matcher `=~""` selects the series that lack the label, i.e. all of them.
+    """
+    source = select("zaroz_exporter_build_info").split("{", 1)[0]
+    return Variable(
+        name=CLUSTER_VAR,
+        label="Cluster",
+        query={"query": f"label_values({source}, {CLUSTER_LABEL})",
+               "refId": f"{CLUSTER_VAR}-values"},
+        dataSource=PROMETHEUS,
+        multi=False,
+        includeAll=False,
+        refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
+        sort=g.SORT_ALPHA_IGNORE_CASE_ASC,
+        description=f"The cluster (its `{CLUSTER_LABEL}` label, added by Prometheus); empty "
+        "where series carry none.",
+        current={"selected": False, "text": "", "value": ""},
+        regex="",
+    )
+
+
+def exporter_variable() -> Variable:
+    """The exporter's URL as seen from the browser, for the links to its overview page."""
+    return Variable(
+        name=EXPORTER_VAR,
+        label="Exporter URL",
+        type="textbox",
+        query=EXPORTER_URL,
+        default=EXPORTER_URL,
+        description="Base URL of the zaroz exporter's overview page (`/`) as this browser "
+        "reaches it, e.g. through `kubectl port-forward svc/zaroz-exporter 9817`.",
+        current={"selected": False, "text": EXPORTER_URL, "value": EXPORTER_URL},
+        regex="",
+    )
+
+
+# The three dashboards (uid, title), for links between them.
+SIBLINGS = (("zaroz-units", "Units"), ("zaroz-generations", "Generations"),
+            ("zaroz-exporter", "Exporter health"))
+
+
+def workload_links() -> list[dict[str, Any]]:
+    """Data links from a per-workload series: the workload on the overview page and in each of
+    the three dashboards (same cluster, datasource and time range)."""
+    wl = "${__field.labels.workload}"
+    keep = (f"var-{DATASOURCE_VAR}=${{{DATASOURCE_VAR}}}&var-{CLUSTER_VAR}=${{{CLUSTER_VAR}}}"
+            f"&var-{EXPORTER_VAR}=${{{EXPORTER_VAR}}}&${{__url_time_range}}")
+    links = [{"title": f"Overview of {wl} (exporter page)",
+              "url": f"${{{EXPORTER_VAR}}}/#wl-{wl}", "targetBlank": True}]
+    links += [{"title": f"{title} dashboard: {wl}",
+               "url": f"/d/{uid}?var-{WORKLOAD_VAR}={wl}&{keep}"} for uid, title in SIBLINGS]
+    return links
+
+
 def variables(workload_source: str) -> list[Variable]:
-    """The four variables every zaroz dashboard has, in the same order (links keep them)."""
+    """The variables every zaroz dashboard has, in the same order (links keep them)."""
     return [
         datasource_variable(
             DATASOURCE_VAR, "prometheus", "Prometheus", "Prometheus scraping the exporter."
         ),
+        cluster_variable(),
         datasource_variable(
             TRACING_VAR,
             "tempo",
@@ -415,6 +487,7 @@ def variables(workload_source: str) -> list[Variable]:
             "Namespaces of UnitSignals; filters only the per-UnitSignal panels (event-log "
             "metrics carry no namespace).",
         ),
+        exporter_variable(),
     ]
 
 
@@ -482,14 +555,12 @@ def dashboard(
         time=g.Time("now-6h", "now"),
         templating=g.Templating(list=variables(workload_source)),
         links=[
-            g.DashboardLink(
-                title="zaroz",
-                type="dashboards",
-                tags=TAGS,
-                asDropdown=True,
-                includeVars=True,
-                keepTime=True,
-            )
+            *(g.DashboardLink(title=t, type="link", uri=f"/d/{u}", includeVars=True,
+                              keepTime=True, icon="dashboard")
+              for u, t in SIBLINGS if u != uid),
+            g.DashboardLink(title="Exporter overview", type="link", keepTime=False,
+                            uri=f"${{{EXPORTER_VAR}}}/", targetBlank=True,
+                            icon="external link", tooltip="The exporter's own page"),
         ],
         panels=layout(sections),
     ).auto_panel_ids()

@@ -116,7 +116,12 @@ def test_panel_ids_are_unique_and_the_grid_does_not_overlap() -> None:
 def test_variables_and_datasources() -> None:
     for name, dash in GENERATED.items():
         variables = {v["name"]: v for v in dash["templating"]["list"]}
-        assert list(variables) == ["datasource", "tracing", "workload", "namespace"], name
+        assert list(variables) == ["datasource", "cluster", "tracing", "workload", "namespace",
+                                   "exporter"], name
+        cluster = variables["cluster"]
+        assert cluster["type"] == "query" and not cluster["multi"], name
+        assert cluster["query"]["query"] == "label_values(zaroz_exporter_build_info, cluster)"
+        assert variables["exporter"]["type"] == "textbox"
         assert variables["datasource"]["type"] == "datasource"
         assert variables["datasource"]["query"] == "prometheus"
         assert variables["tracing"]["type"] == "datasource"
@@ -130,6 +135,34 @@ def test_variables_and_datasources() -> None:
             assert p["datasource"] == lib.PROMETHEUS, f"{name}: {p['title']}"
             for t in p.get("targets", []):
                 assert t["datasource"] == lib.PROMETHEUS, f"{name}: {p['title']}"
+
+
+def test_every_selector_is_filtered_by_cluster() -> None:
+    """kubernetes-mixin's multi-cluster convention: one cluster at a time, on every query."""
+    from alerts import promql as selectors
+
+    count = 0
+    for name, title, t in _all():
+        for sel in selectors.metric_selectors(t["expr"]):
+            count += 1
+            assert 'cluster=~"$cluster"' in sel, f"{name}: {title}: {sel}"
+    assert count > 50
+
+
+def test_dashboards_link_each_other_and_the_overview() -> None:
+    uids = {d["uid"] for d in GENERATED.values()}
+    for name, dash in GENERATED.items():
+        urls = {link["url"] for link in dash["links"]}
+        assert {f"/d/{u}" for u in uids - {dash["uid"]}} <= urls, name
+        assert "${exporter}/" in urls, name
+        per_workload = [p for p in _panels(dash) if any(
+            "{{workload}}" in t.get("legendFormat", "") for t in p.get("targets", []))
+            and p["type"] == "timeseries"]
+        assert per_workload, name
+        for p in per_workload:
+            links = [x["url"] for x in p["fieldConfig"]["defaults"].get("links", [])]
+            assert "${exporter}/#wl-${__field.labels.workload}" in links, (name, p["title"])
+            assert sum(u.startswith("/d/") for u in links) == 3, (name, p["title"])
 
 
 def test_headline_histograms_have_exemplar_queries() -> None:

@@ -59,6 +59,9 @@ sys.exit(demo.main(args))
 """
 
 
+CLUSTER = "demo-cluster"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -130,7 +133,10 @@ def prom() -> Iterator[Prom]:
                     "scrape_configs": [
                         {
                             "job_name": JOB,
-                            "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
+                            # The cluster label Prometheus adds in a multi-cluster setup
+                            # (rules keep it, dashboards filter on it).
+                            "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"],
+                                                "labels": {"cluster": CLUSTER}}],
                         }
                     ],
                 }
@@ -185,6 +191,10 @@ def test_rules_loaded_and_healthy(prom: Prom) -> None:
 def test_every_recording_rule_has_data(prom: Prom) -> None:
     empty = [n for n in sorted(recording.recording_names()) if not prom.result(n)]
     assert not empty, f"recording rules without data on the demo: {empty}"
+    # ... and keeps the cluster label.
+    unlabelled = [n for n in sorted(recording.recording_names())
+                  if any(r["metric"].get("cluster") != CLUSTER for r in prom.result(n))]
+    assert not unlabelled, f"recording rules that lost the cluster label: {unlabelled}"
 
 
 def test_every_alert_expression_is_valid_and_its_selectors_have_data(prom: Prom) -> None:

@@ -33,7 +33,9 @@ class Snapshot:
     counts: dict[str, dict[str, Counts]]
 
 
-def take(registry: Registry, at: float) -> Snapshot:
+def take(registry: Registry, at: float, prev: Snapshot | None = None) -> Snapshot:
+    """The bucket counts now; a workload's unchanged counts share `prev`'s tuple, so an idle
+    workload costs the ring no memory."""
     out: dict[str, dict[str, Counts]] = {}
     for m, fam in MEASUREMENTS:
         for labels, s in registry[fam].series.items():
@@ -43,6 +45,13 @@ def take(registry: Registry, at: float) -> Snapshot:
             old = per.get(m)
             per[m] = tuple(s.counts) if old is None else tuple(
                 a + b for a, b in zip(old, s.counts, strict=True))
+    if prev is not None:
+        for wl, per in out.items():
+            before = prev.counts.get(wl)
+            if before:
+                for m, counts in per.items():
+                    if before.get(m) == counts:
+                        per[m] = before[m]
     return Snapshot(at, out)
 
 
@@ -61,7 +70,7 @@ class History:
     before anything was applied, or standing in for it), so a window longer than the uptime
     covers everything seen so far."""
 
-    def __init__(self, registry: Registry, *, step: float = 10.0, keep: float = 600.0) -> None:
+    def __init__(self, registry: Registry, *, step: float = 10.0, keep: float = 330.0) -> None:
         self.registry = registry
         self.step = step
         self.ring: deque[Snapshot] = deque(maxlen=int(keep / step) + 2)
@@ -70,7 +79,7 @@ class History:
         if not self.ring:
             self.ring.append(Snapshot(now, {}))
         if now - self.ring[-1].at >= self.step * 0.5:
-            self.ring.append(take(self.registry, now))
+            self.ring.append(take(self.registry, now, self.ring[-1]))
 
     def since(self, now: float, window: float) -> Snapshot:
         """The newest snapshot at least `window` old, else the oldest held."""

@@ -13,9 +13,10 @@ from typing import Any
 import orjson
 
 from exporter.pipeline import Pipeline
-from exporter.replay import EXPIRE_EVERY, SummaryMetrics
+from exporter.replay import EXPIRE_EVERY
 from exporter.sinks.metrics.family import Registry
-from exporter.sources.files import NOT_JSON, workload_of
+from exporter.sinks.metrics.workload import WorkloadMetrics
+from exporter.sources.files import workload_of
 
 SLOWEST = 8  # units kept per workload and measurement (ready, drain)
 ANOMALIES_KEPT = 2000  # per workload; the counts stay exact beyond it
@@ -24,24 +25,45 @@ Event = tuple[str, str, Any]  # (occurred_at, type, seq)
 Tap = Callable[[str, str, str, dict[str, Any], str | None], None]
 
 
-class Cursor:
-    """Where the reader is (the file, line and seq of the event being offered), and which event
-    is being applied: an event that waited behind a gap is applied later, when another line is
-    read, so the lines of waiting events are kept (`pending`) until they are applied."""
+class _NotJson:
+    """A line that does not parse: one instance per line, so the cursor can find it."""
 
-    __slots__ = ("applied_line", "applied_seq", "file", "line", "pending", "seq")
+    __slots__ = ()
+
+
+class Cursor:
+    """Where the reader is: the file, and the event being offered (`obj`) within the batch of
+    lines being applied. The line number is worked out only when an anomaly asks for it, so an
+    event costs one attribute store. An event that waits behind a gap is applied later, when
+    another line is read: the lines of waiting events are kept (`pending`) until applied."""
+
+    __slots__ = ("base", "batch", "file", "linemap", "obj", "pending")
 
     def __init__(self) -> None:
         self.file = ""
-        self.line = 0
-        self.seq: Any = None
+        self.base = 0  # lines before the batch
+        self.batch: list[Any] = []  # the batch's decoded lines, blank lines left out
+        self.linemap: list[int] | None = None  # batch index -> line in it, when blanks moved it
+        self.obj: Any = None
         self.pending: dict[int, int] = {}  # seq -> line, of events waiting behind a gap
-        self.applied_seq: Any = None
-        self.applied_line = 0
 
-    def applying(self, seq: int) -> None:
-        self.applied_seq = seq
-        self.applied_line = self.pending.pop(seq, self.line) if self.pending else self.line
+    @property
+    def line(self) -> int:
+        """The line of the event being offered (0: none, at the end of input)."""
+        for i, o in enumerate(self.batch):
+            if o is self.obj:
+                return self.base + (self.linemap[i] if self.linemap else i + 1)
+        return 0
+
+    @property
+    def seq(self) -> Any:
+        """The seq of the event being offered, read only when an anomaly needs it."""
+        return self.obj.get("seq") if type(self.obj) is dict else None
+
+    def line_of(self, seq: int) -> int:
+        """The line an event being applied was read from."""
+        line = self.pending.get(seq) if self.pending else None
+        return self.line if line is None else line
 
 
 class Timelines:
@@ -49,18 +71,23 @@ class Timelines:
 
     def __init__(self, cursor: Cursor) -> None:
         self.cursor = cursor
-        self.live: dict[str, list[Event]] = {}
+        self.log: Any = None  # the WorkloadLog: its `next` is the seq being applied
+        self.live: defaultdict[str, list[Event]] = defaultdict(list)
         self.scores: dict[str, dict[str, int]] = defaultdict(dict)  # measurement -> uid -> ns
         self.heaps: dict[str, list[tuple[int, str]]] = {"ready": [], "drain": []}
         self.kept: dict[str, list[Event]] = {}
 
-    def tap(self, uid: str, t: str, at: str, data: dict[str, Any], key: str | None) -> None:
-        evs = self.live.get(uid)
-        if evs is None:
-            evs = self.live[uid] = []
-        evs.append((at, t, self.cursor.applied_seq))
-        if t == "unit.destroyed":
-            self.finish(uid)
+    def tap_for(self, log: Any) -> Tap:
+        """The WorkloadLog's tap: called for every unit event, so a closure over locals. The
+        log's `next` is the seq of the event being applied."""
+        self.log = log
+        live, finish = self.live, self.finish
+
+        def tap(uid: str, t: str, at: str, data: dict[str, Any], key: str | None) -> None:
+            live[uid].append((at, t, log.next))
+            if t == "unit.destroyed":
+                finish(uid)
+        return tap
 
     def finish(self, uid: str) -> None:
         evs = self.live.pop(uid, None)
@@ -90,13 +117,15 @@ class Timelines:
         return sorted(self.heaps[m], reverse=True)
 
 
-class ReportMetrics(SummaryMetrics):
-    """The summary's samples, plus (duration, end time, unit) of each and located anomalies."""
+class ReportMetrics(WorkloadMetrics):
+    """The metrics, plus (duration, end time, unit) of each headline measurement (the summary's
+    samples) and located anomalies."""
 
     def __init__(self, registry: Registry, workload: str, cursor: Cursor) -> None:
         super().__init__(registry, workload)
         self.cursor = cursor
         self.points: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+        self._samples: tuple[int, dict[str, list[int]]] = (-1, {})
         self.anomalies: list[tuple[str, str, int, Any, str]] = []  # kind, file, line, seq, what
         self.timelines = Timelines(self.cursor)
 
@@ -106,9 +135,13 @@ class ReportMetrics(SummaryMetrics):
             c = self.cursor
             self.anomalies.append((kind, c.file, c.line, c.seq if seq is None else seq, what))
 
-    def applied(self, type_label: str, seq: int) -> None:
-        super().applied(type_label, seq)
-        self.cursor.applying(seq)
+    @property
+    def samples(self) -> dict[str, list[int]]:
+        """As SummaryMetrics keeps them, for `replay --summary` and the report's numbers."""
+        n = sum(map(len, self.points.values()))
+        if self._samples[0] != n:
+            self._samples = (n, {m: [p[0] for p in pts] for m, pts in self.points.items()})
+        return self._samples[1]
 
     def ready(self, unit_id: str, ns: int) -> None:
         super().ready(unit_id, ns)
@@ -141,35 +174,14 @@ class ReportMetrics(SummaryMetrics):
         """Located at the event being applied, which may have waited behind a gap."""
         super().skew(measurement)
         if len(self.anomalies) < ANOMALIES_KEPT:
-            c = self.cursor
-            self.anomalies.append(("clock skew", c.file, c.applied_line, c.applied_seq,
+            c, seq = self.cursor, self.timelines.log.next
+            self.anomalies.append(("clock skew", c.file, c.line_of(seq), seq,
                                    f"{measurement}: end stamped before start"))
 
 
 def recording(cursor: Cursor) -> Callable[[Registry, str], ReportMetrics]:
     """The pipeline's observer factory: every workload's ReportMetrics reads one cursor."""
     return lambda registry, workload: ReportMetrics(registry, workload, cursor)
-
-
-def read_numbered(path: Path, size: int = 32) -> Iterator[list[tuple[int, Any]]]:
-    """Like sources.files.read_batches, with each line's number (blank lines count)."""
-    loads = orjson.loads
-    error = orjson.JSONDecodeError
-    n = 0
-    with open(path, "rb") as f:
-        while True:
-            lines = f.readlines(size * 256)
-            if not lines:
-                return
-            batch: list[tuple[int, Any]] = []
-            for line in lines:
-                n += 1
-                try:
-                    batch.append((n, loads(line)))
-                except error:
-                    if not line.isspace():
-                        batch.append((n, NOT_JSON))
-            yield batch
 
 
 def _chain(first: Tap | None, second: Tap) -> Tap:
@@ -182,38 +194,68 @@ def _chain(first: Tap | None, second: Tap) -> Tap:
     return both
 
 
+def _batches(path: Path, cursor: Cursor) -> Iterator[list[Any]]:
+    """Decoded lines in batches (as sources.files.read_batches), the cursor told where each
+    batch starts and, when it held blank lines, where each item sits in it."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    base = 0
+    with open(path, "rb") as f:
+        while True:
+            lines = f.readlines(8192)
+            if not lines:
+                return
+            batch: list[Any] = []
+            append = batch.append
+            blank = False
+            for line in lines:
+                try:
+                    append(loads(line))
+                except error:
+                    if line.isspace():
+                        blank = True
+                    else:
+                        append(_NotJson())
+            # Where the kept lines sit among all of the batch's, when blank lines moved them.
+            linemap = [k + 1 for k, ln in enumerate(lines) if not ln.isspace()] if blank else None
+            cursor.base, cursor.batch, cursor.linemap = base, batch, linemap
+            base += len(lines)
+            yield batch
+
+
 def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path], workload: str | None,
                          cursor: Cursor) -> None:
-    """replay.apply_files, telling the cursor where each event was read."""
+    """replay.apply_files, telling the cursor which event is being offered (blank lines
+    count in line numbers)."""
     for path in files:
         name = workload or workload_of(path)
         log = pipeline.workload(name)
         obs: ReportMetrics = log.obs  # type: ignore[assignment]
-        if getattr(log, "_report_tap", None) is None:
-            log.tap = _chain(log.tap, obs.timelines.tap)
-            log._report_tap = True  # type: ignore[attr-defined]
+        if obs.timelines.log is None:
+            log.tap = _chain(log.tap, obs.timelines.tap_for(log))
         offer, reject = log.offer, log.reject_json
         pending = cursor.pending
         cursor.file = path.name
         n = 0
-        for batch in read_numbered(path):
-            for line, obj in batch:
-                cursor.line = line
-                if obj is NOT_JSON:
-                    cursor.seq = None
+        for batch in _batches(path, cursor):
+            for obj in batch:
+                cursor.obj = obj
+                if obj.__class__ is _NotJson:
                     reject()
-                else:
-                    seq = cursor.seq = obj.get("seq") if type(obj) is dict else None
-                    if type(seq) is int and seq > log.next:  # it will wait behind a gap
-                        pending[seq] = line
-                    offer(obj)
+                    continue
+                offer(obj)
+                if log.pending:  # rare: did this event stay behind a gap?
+                    seq = cursor.seq
+                    if seq in log.pending and seq not in pending:
+                        pending[seq] = cursor.line
             n += len(batch)
             if n >= EXPIRE_EVERY:
                 n = 0
                 pipeline.expire_workload(name, log.clock)
                 obs.timelines.finish_all(log.units)
+                for s in [s for s in pending if s < log.next]:
+                    del pending[s]
     for name, log in pipeline.logs.items():
-        cursor.file, cursor.line, cursor.seq = "(end of input)", 0, None
+        cursor.file, cursor.batch, cursor.obj = "(end of input)", [], None
         cursor.pending.clear()  # lines of another file's waiting events are not this one's
         log.flush()
         pipeline.expire_workload(name, log.clock)

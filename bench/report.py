@@ -1,0 +1,77 @@
+"""`replay --report` against plain `replay` of the same log, side by side: the report is built
+in the same pass as the exposition, so it may cost at most 1.5x the plain replay (target).
+
+Both are the whole CLI in a child process (interpreter start, imports, the pass, the exposition
+to /dev/null; the report also written to bench/out), taking turns round by round. Wall time is
+the figure; the children's CPU time (user + system) is printed beside it because a shared
+2-core machine stretches wall time for reasons that are not ours.
+
+Run: python -m bench.report [--events N] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from bench._common import OUT, child_env, header, interleaved, spread, table
+from bench.replay import count_lines, generate
+
+TARGET_RATIO = 1.5
+CPU: dict[str, list[float]] = {}
+
+
+def run_cmd(name: str, cmd: list[str]) -> float:
+    """Wall seconds of the child; its CPU seconds go to CPU[name]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=child_env())
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(name, []).append(after.ru_utime + after.ru_stime
+                                    - before.ru_utime - before.ru_stime)
+    return wall
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=335_000, help="events in the log (all files)")
+    ap.add_argument("--workloads", type=int, default=3, help="workloads (one file each)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; best is reported")
+    args = ap.parse_args(argv)
+
+    header("report")
+    paths = generate(args.events, args.workloads, args.seed)
+    lines = count_lines(paths)
+    out = OUT / "report.html"
+    base = [sys.executable, "-m", "exporter.cli", "replay"]
+    plain_cmd = [*base, *map(str, paths)]
+    report_cmd = [*base, "--report", str(out), *map(str, paths)]
+    cases: dict[str, Callable[[], float]] = {
+        "replay FILES": lambda: run_cmd("replay FILES", plain_cmd),
+        "replay --report FILE FILES": lambda: run_cmd("replay --report FILE FILES", report_cmd),
+    }
+    print(f"log: {lines:,} lines in {len(paths)} files; best of {args.repeat}, interleaved",
+          flush=True)
+    times = interleaved(cases, args.repeat)
+    plain = min(times["replay FILES"])
+    plain_cpu = min(CPU["replay FILES"])
+    rows = [["command", "best wall time (median, max)", "events/s", "wall / plain",
+             "best CPU", "CPU / plain"]]
+    for name, ts in times.items():
+        rows.append([name, spread(ts), f"{lines / min(ts):,.0f}", f"{min(ts) / plain:.2f}",
+                     f"{min(CPU[name]):.2f} s", f"{min(CPU[name]) / plain_cpu:.2f}"])
+    print(table(rows))
+    ratio = min(times["replay --report FILE FILES"]) / plain
+    verdict = "OK" if ratio < TARGET_RATIO else "ABOVE TARGET"
+    print(f"report / plain = {ratio:.2f} (target < {TARGET_RATIO:g}): {verdict}; "
+          f"report {out.stat().st_size / 1024:,.0f} KiB", flush=True)
+
+
+if __name__ == "__main__":
+    main()
