@@ -10,16 +10,29 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from exporter import __version__
+from exporter.config import ConfigError
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Shows a default only when there is one (no `(default: None)`)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, [], False, ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr (exit code 2), like every other config error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _env_name(flag: str, scope: str = "") -> str:
@@ -30,15 +43,30 @@ def _add(p: argparse.ArgumentParser, flag: str, *, help: str, scope: str = "", *
     """A flag whose default comes from ZAROZ_EXPORTER_[SCOPE_]<FLAG>, shown in --help."""
     env = _env_name(flag, scope)
     raw = os.environ.get(env)
-    action = kw.get("action")
     if raw is not None:
-        if action == "store_true":
-            kw["default"] = raw.lower() in ("1", "true", "yes", "on")
-        elif action == "append":
-            kw["default"] = [v.strip() for v in raw.split(",") if v.strip()]
-        else:
-            kw["default"] = kw.get("type", str)(raw)
+        kw["default"] = _from_env(flag, env, raw, kw)
     p.add_argument(flag, help=f"{help} [env {env}]", **kw)
+
+
+def _from_env(flag: str, env: str, raw: str, kw: dict[str, Any]) -> Any:
+    """An environment variable's value, checked as argparse checks the flag's."""
+    action = kw.get("action")
+    if action == "store_true":
+        if raw.strip().lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+            raise ConfigError(f"{env} ({flag})", raw, "not a boolean (true or false)")
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if action == "append":
+        return [v.strip() for v in raw.split(",") if v.strip()]
+    kind = kw.get("type", str)
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{env} ({flag})", raw,
+                          f"invalid {getattr(kind, '__name__', 'value')} value") from None
+    choices = kw.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{env} ({flag})", raw, f"must be one of {', '.join(choices)}")
+    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -116,7 +144,7 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zaroz-exporter",
         formatter_class=_Formatter,
         description="Prometheus metrics for the zaroz units platform, from its event log.",
@@ -148,9 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", formatter_class=_Formatter, help="apply JSONL event logs and print metrics",
         description="Apply JSONL event logs (one envelope a line) and print the final exposition "
         "in Prometheus text format. Bad lines are counted, never fatal.")
-    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event log files")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event logs: files "
+                        "(gzip-compressed too), directories (every *.jsonl and *.jsonl.gz in "
+                        "them), or - for stdin")
     _add(replay, "--workload", help="workload of every file (default: the file name without "
-         ".jsonl)", default=None, scope="REPLAY_")
+         ".jsonl or .jsonl.gz; stdin: stdin)", default=None, scope="REPLAY_")
     _add(replay, "--summary", help="print count, p50, p95, p99 and anomaly counts instead",
          action="store_true", default=False, scope="REPLAY_")
     _add(replay, "--openmetrics", help="print OpenMetrics instead of text 0.0.4",
@@ -160,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(replay, "--report", help="also write a self-contained HTML incident report to this "
          "file (distributions, trends, slowest units' timelines, anomalies)", default=None,
          scope="REPLAY_")
+    _add(replay, "--explain", help="print file:line and the schema's reason for each invalid "
+         "line on stderr", action="store_true", default=False, scope="REPLAY_")
+    _add(replay, "--explain-max", help="invalid lines explained at most (the rest are counted)",
+         type=int, default=20, scope="REPLAY_")
 
     demo = sub.add_parser("demo", formatter_class=_Formatter,
                           help="simulated platform + exporter on loopback",
@@ -185,12 +219,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "serve":
+            from exporter import config
+
+            config.validate(args)
+        elif args.command == "demo":
+            from exporter import config
+
+            config.validate_common(args)
+    except ConfigError as e:
+        print(e.line(argv[0] if argv and not argv[0].startswith("-") else ""), file=sys.stderr)
+        return 2
     if args.command == "replay":
         from exporter import replay
 
         return replay.run(args.files, args.workload, args.summary, args.openmetrics,
-                          otlp_endpoint=args.otlp_endpoint, report=args.report)
+                          otlp_endpoint=args.otlp_endpoint, report=args.report,
+                          explain=args.explain, explain_max=args.explain_max)
     from exporter import logs
 
     logs.setup(args.log_level, args.log_format)

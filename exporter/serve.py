@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,12 +18,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from exporter import config
 from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.cluster import NamespaceHandler, build_cluster
+from exporter.config import ConfigError
 from exporter.expiry import ExpiryClock
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
-from exporter.sharding import Shard, ordinal_from_pod_name
+from exporter.sharding import Shard
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.backoff import Backoff
@@ -34,6 +37,7 @@ from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 
 log = logging.getLogger("exporter.serve")
+TRACES_SHUTDOWN_S = 1.0  # an unreachable collector never delays exit by more than ~1.5 s
 
 
 @dataclass
@@ -104,7 +108,8 @@ class Running:
             self.checkpoint()
             self.checkpointer.close()
         if self.traces is not None:  # flushing may block on the collector: not on the loop
-            await asyncio.get_running_loop().run_in_executor(None, self.traces.shutdown)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.traces.shutdown, TRACES_SHUTDOWN_S)
 
 
 def _trace_sink(args: argparse.Namespace) -> Any:
@@ -138,22 +143,16 @@ async def _checkpoint_loop(running: Running, interval: float) -> None:
 def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipeline: Pipeline,
                  owns: Callable[[str], bool] | None, backoff: Callable[[], Backoff]) -> Any:
     """The UnitSignal watch, when --kube allows it and a cluster is configured."""
-    if args.kube == "off":
+    access = args.kube_access  # loaded by config.validate
+    if access is None:
+        if args.kube != "off":
+            log.info("no Kubernetes configuration: UnitSignals are not watched",
+                     extra={"reason": getattr(args, "kube_skipped", "")})
         return None
     from exporter.sinks.metrics.kube import KubeMetrics, scope_label
     from exporter.sources.kube.api import KubeApi
-    from exporter.sources.kube.config import KubeConfigError, load_access
     from exporter.sources.kube.reflector import KubeSource
 
-    try:
-        access = load_access(api_url=args.kube_api_url, token_file=args.kube_token_file,
-                             kubeconfig=args.kubeconfig, context=args.kube_context)
-    except KubeConfigError as e:
-        if args.kube == "on":
-            raise SystemExit(f"zaroz-exporter: cannot reach Kubernetes: {e}") from e
-        log.info("no Kubernetes configuration: UnitSignals are not watched",
-                 extra={"reason": str(e)})
-        return None
     model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist)
     metrics = KubeMetrics(pipeline.registry)
     source = KubeSource(
@@ -168,39 +167,56 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipel
 
 
 def shard_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Shard:
-    """--shard, else the ordinal of a StatefulSet pod name, else 0."""
-    index = args.shard
-    if index is None and args.total_shards > 1:
-        index = ordinal_from_pod_name(environ.get("POD_NAME") or environ.get("HOSTNAME"))
-        if index is None:
-            raise SystemExit("zaroz-exporter: --total-shards > 1 needs --shard or a StatefulSet "
-                             "pod name (<name>-<ordinal>) in $POD_NAME or $HOSTNAME")
-    try:
-        return Shard(index or 0, args.total_shards)
-    except ValueError as e:
-        raise SystemExit(f"zaroz-exporter: {e}") from e
+    """--shard, else the ordinal of a StatefulSet pod name, else 0 (ConfigError otherwise)."""
+    return config.shard_of(args, environ)
 
 
 async def start(args: argparse.Namespace) -> Running:
-    if not 1 <= args.page_limit <= 1000:
-        raise SystemExit("--page-limit must be within 1..1000")
-    if not 0 <= args.wait <= 60:
-        raise SystemExit("--wait must be within 0..60")
-    shard = shard_from(args)
+    """Validate (again: idempotent, for callers that built `args` themselves), then start.
+    Whatever fails after the session exists closes what was opened and raises ConfigError."""
+    config.validate(args)
+    shard = args.shard_config
     traces = _trace_sink(args)
     pipeline = Pipeline(idle_seconds=args.unit_idle_timeout, traces=traces)
     pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
     pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
-    owns = shard.owns if shard.total > 1 else None
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    opened = _Opened(session, traces)
+    try:
+        running = await _start(args, shard, pipeline, session, traces, opened)
+    except BaseException:
+        await opened.close()
+        raise
+    return running
+
+
+@dataclass
+class _Opened:
+    """What start() has opened so far, closed again when a later step fails."""
+
+    session: aiohttp.ClientSession
+    traces: Any
+    checkpointer: Checkpointer | None = None
+    runner: web.AppRunner | None = None
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.session.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        if self.traces is not None:
+            self.traces.shutdown(TRACES_SHUTDOWN_S)
+
+
+async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
+                 session: aiohttp.ClientSession, traces: Any, opened: _Opened) -> Running:
+    owns = shard.owns if shard.total > 1 else None
     backoff = functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)
-    try:
-        checkpointer = (Checkpointer(args.state_dir, pipeline, webhook_metrics)
-                        if args.state_dir else None)
-    except CheckpointError as e:
-        await session.close()
-        raise SystemExit(f"zaroz-exporter: {e}") from e
+    checkpointer = (Checkpointer(args.state_dir, pipeline, webhook_metrics)
+                    if args.state_dir else None)
+    opened.checkpointer = checkpointer
     supervisor = client = None
     if args.events_url:
         token = TokenFile(args.events_token_file) if args.events_token_file else None
@@ -212,8 +228,9 @@ async def start(args: argparse.Namespace) -> Running:
         if checkpointer is not None and args.start_from == "checkpoint":
             restored = frozenset(pipeline.logs)
     except (CheckpointError, ValueError) as e:
-        await session.close()
-        raise SystemExit(f"zaroz-exporter: --start-from {args.start_from}: {e}") from e
+        flag, value = (("--state-dir", args.state_dir) if isinstance(e, CheckpointError)
+                       else ("--start-from", args.start_from))
+        raise ConfigError(flag, value, str(e)) from None
     if client is not None:
         supervisor = TailSupervisor(
             client, pipeline, RouteMetrics(pipeline.registry), args.workload or None,
@@ -221,11 +238,6 @@ async def start(args: argparse.Namespace) -> Running:
             start_cursor=start_cursor, limit=args.page_limit, wait=args.wait,
         )
     kube = _kube_source(args, session, pipeline, owns, backoff)
-    if supervisor is None and kube is None and not args.webhook_secret_file:
-        await session.close()
-        raise SystemExit("zaroz-exporter serve: nothing to export: give --events-url "
-                         "(ZAROZ_EXPORTER_EVENTS_URL), --webhook-secret-file, and/or a "
-                         "Kubernetes configuration")
     running_box: list[Running] = []
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
                            gzip_level=args.gzip_level, checkpointer=checkpointer,
@@ -237,7 +249,11 @@ async def start(args: argparse.Namespace) -> Running:
         WebhookReceiver(intake, SecretFiles(args.webhook_secret_file, webhook_metrics),
                         webhook_metrics, tolerance_s=args.webhook_tolerance,
                         max_body=args.webhook_max_body).install(server.app)
-    runner, url = await start_site(server.app, args.listen)
+    try:
+        runner, url = await start_site(server.app, args.listen)
+    except OSError as e:  # lost a race since config.validate bound it
+        raise ConfigError("--listen", args.listen, f"cannot listen: {e.strerror or e}") from None
+    opened.runner = runner
     running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
                       intake=intake, checkpointer=checkpointer, restored=restored)
     running_box.append(running)
@@ -276,5 +292,9 @@ def main(args: argparse.Namespace) -> int:
         log.info("serving metrics", extra={"url": f"{running.url}/metrics"})
         await run_until_stopped(running)
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    except ConfigError as e:
+        print(e.line("serve"), file=sys.stderr)
+        return 2
     return 0

@@ -15,7 +15,7 @@ import orjson
 from exporter.pipeline import Pipeline
 from exporter.replay import EXPIRE_EVERY, SummaryMetrics
 from exporter.sinks.metrics.family import Registry
-from exporter.sources.files import NOT_JSON, workload_of
+from exporter.sources.files import NOT_JSON, LogFile, open_log, workload_of
 
 SLOWEST = 8  # units kept per workload and measurement (ready, drain)
 ANOMALIES_KEPT = 2000  # per workload; the counts stay exact beyond it
@@ -151,12 +151,12 @@ def recording(cursor: Cursor) -> Callable[[Registry, str], ReportMetrics]:
     return lambda registry, workload: ReportMetrics(registry, workload, cursor)
 
 
-def read_numbered(path: Path, size: int = 32) -> Iterator[list[tuple[int, Any]]]:
+def read_numbered(path: Path | LogFile, size: int = 32) -> Iterator[list[tuple[int, Any]]]:
     """Like sources.files.read_batches, with each line's number (blank lines count)."""
     loads = orjson.loads
     error = orjson.JSONDecodeError
     n = 0
-    with open(path, "rb") as f:
+    with open_log(path) as f:
         while True:
             lines = f.readlines(size * 256)
             if not lines:
@@ -182,11 +182,13 @@ def _chain(first: Tap | None, second: Tap) -> Tap:
     return both
 
 
-def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path], workload: str | None,
+def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
+                         workload: str | None,
                          cursor: Cursor) -> None:
     """replay.apply_files, telling the cursor where each event was read."""
-    for path in files:
-        name = workload or workload_of(path)
+    for f in files:
+        path = f if isinstance(f, LogFile) else LogFile(f, workload_of(f))
+        name = workload or path.workload
         log = pipeline.workload(name)
         obs: ReportMetrics = log.obs  # type: ignore[assignment]
         if getattr(log, "_report_tap", None) is None:
@@ -194,7 +196,7 @@ def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path], workload: st
             log._report_tap = True  # type: ignore[attr-defined]
         offer, reject = log.offer, log.reject_json
         pending = cursor.pending
-        cursor.file = path.name
+        cursor.file = path.short_name
         n = 0
         for batch in read_numbered(path):
             for line, obj in batch:
