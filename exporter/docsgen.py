@@ -125,11 +125,45 @@ def table(metrics: tuple[catalog.Metric, ...] = catalog.METRICS) -> str:
     return "\n".join(out)
 
 
+def standard_table() -> str:
+    """The process_* and python_* families `serve` adds, as client_python's collectors (on
+    Linux) describe them."""
+    from prometheus_client import (
+        CollectorRegistry,
+        GCCollector,
+        PlatformCollector,
+        ProcessCollector,
+    )
+
+    reg = CollectorRegistry(auto_describe=False)
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    collectors = (ProcessCollector(registry=reg), PlatformCollector(registry=reg),
+                  GCCollector(registry=reg))
+    for c in collectors:
+        for fam in c.collect():
+            name = fam.name + ("_total" if fam.type == "counter" else "")
+            labels = sorted({k for s in fam.samples for k in s.labels})
+            shown = ", ".join(f"`{x}`" for x in labels) or "-"
+            rows.append(f"| `{name}` | {fam.type} | {shown} | {fam.documentation.rstrip('.')}. |")
+    return "\n".join(rows) + "\n"
+
+
+STANDARD_INTRO = """\
+### The process (client_python's collectors)
+
+`serve` and `demo` also expose the families every client_python exporter has, rendered by
+prometheus_client's `ProcessCollector`, `PlatformCollector` and `GCCollector` after the catalog's
+(names and help as the ecosystem has them, so the usual restart and memory alerts work;
+`replay` prints only the catalog's):
+
+"""
+
+
 def metrics_doc() -> str:
     return (
         "# Metric reference\n\n"
         "Generated from `exporter/catalog.py` by `python -m exporter.docsgen`; do not edit.\n\n"
-        f"{INTERPRETATIONS}\n## Metrics\n\n{table()}"
+        f"{INTERPRETATIONS}\n## Metrics\n\n{table()}\n{STANDARD_INTRO}{standard_table()}"
     )
 
 

@@ -241,7 +241,8 @@ async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
     running_box: list[Running] = []
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
                            gzip_level=args.gzip_level, checkpointer=checkpointer,
-                           held=lambda: running_box[0].held())
+                           held=lambda: running_box[0].held(),
+                           standard_metrics=True)
     intake = None
     if args.webhook_secret_file:
         intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,

@@ -43,8 +43,15 @@ class MetricsServer:
         links: dict[str, str] | None = None,
         checkpointer: Checkpointer | None = None,
         held: Callable[[], list[str]] | None = None,
+        standard_metrics: bool = False,
     ) -> None:
+        """`standard_metrics`: add the process_* and python_* families (see
+        `sinks.metrics.standard`); off for benchmarks that compare bare expositions."""
         self.registry = registry
+        if standard_metrics:
+            from exporter.sinks.metrics.standard import StandardMetrics
+
+            registry.extras.append(StandardMetrics())
         self.checkpointer = checkpointer
         self.held = held
         self.readiness = readiness or (lambda: (True, "no sources"))

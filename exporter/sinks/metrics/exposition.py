@@ -67,6 +67,8 @@ def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
                 yield body
         else:  # per-object tables: no exemplars, the same lines in both formats; not joined
             yield from fam.pieces()
+    for extra in registry.extras:
+        yield extra.render(openmetrics)
     if openmetrics:
         yield b"# EOF\n"
 

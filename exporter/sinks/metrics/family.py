@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from exporter import catalog
 from exporter.catalog import Kind, Metric
@@ -103,14 +104,23 @@ class Family:
         return self._om_body  # type: ignore[return-value]
 
 
+class Extra(Protocol):
+    """Families from outside the catalog (the standard process metrics), rendered after it."""
+
+    series: int  # samples in the last render
+
+    def render(self, openmetrics: bool) -> bytes: ...
+
+
 class Registry:
-    """All families of the catalog, in catalog order."""
+    """All families of the catalog, in catalog order, then the extras."""
 
     def __init__(self, metrics: Iterable[Metric] = catalog.METRICS) -> None:
         self.held = Held()
         self.families: dict[str, Family | TableFamily] = {
             m.name: TableFamily(m) if m.per_object else Family(m, self.held) for m in metrics
         }
+        self.extras: list[Extra] = []
 
     def hold(self, workloads: Iterable[str]) -> None:
         """Leave these workloads' event-log series out of the exposition until released.
@@ -138,4 +148,4 @@ class Registry:
         return sum(
             len(f) if isinstance(f, TableFamily) else len(f.series)
             for f in self.families.values()
-        )
+        ) + sum(x.series for x in self.extras)
