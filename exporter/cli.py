@@ -39,13 +39,17 @@ def _env_name(flag: str, scope: str = "") -> str:
     return ENV_PREFIX + scope + flag.lstrip("-").replace("-", "_").upper()
 
 
-def _add(p: argparse.ArgumentParser, flag: str, *, help: str, scope: str = "", **kw: Any) -> None:
-    """A flag whose default comes from ZAROZ_EXPORTER_[SCOPE_]<FLAG>, shown in --help."""
+def _add(p: argparse.ArgumentParser, flag: str, *, help: str, scope: str = "",
+         aliases: tuple[str, ...] = (), **kw: Any) -> None:
+    """A flag whose default comes from ZAROZ_EXPORTER_[SCOPE_]<FLAG>, shown in --help.
+    `aliases`: other spellings (e.g. exporter-toolkit's `--web.config.file`)."""
     env = _env_name(flag, scope)
     raw = os.environ.get(env)
     if raw is not None:
         kw["default"] = _from_env(flag, env, raw, kw)
-    p.add_argument(flag, help=f"{help} [env {env}]", **kw)
+    if aliases:
+        kw.setdefault("dest", flag.lstrip("-").replace("-", "_"))
+    p.add_argument(*aliases, flag, help=f"{help} [env {env}]", **kw)
 
 
 def _from_env(flag: str, env: str, raw: str, kw: dict[str, Any]) -> Any:
@@ -99,6 +103,9 @@ def _csv(v: str) -> list[str]:
 
 def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--listen", help="address for /metrics, /healthz, /readyz", default=listen)
+    _add(p, "--web-config-file", aliases=("--web.config.file",), help="exporter-toolkit web "
+         "config YAML for --listen: TLS, client certificates, basic auth, headers (re-read when "
+         "it or a file it names changes); none: plain HTTP", default=None)
     _add(p, "--gzip-level", help="gzip level for scrapes that accept gzip", type=int, default=1)
     _add(p, "--page-limit", help="events per route request (1..1000)", type=int, default=1000)
     _add(p, "--wait", help="long-poll seconds per route request (0..60)", type=int, default=30)

@@ -116,6 +116,17 @@ def check_state_dir(flag: str, value: str) -> None:
         raise ConfigError(flag, value, "not writable by this process")
 
 
+def web_security(flag: str, path: str | None, name: str) -> Any:
+    """The listener's web config in force (exporter.websecurity.WebSecurity), loaded now."""
+    from exporter.webconfig import WebConfigError
+    from exporter.websecurity import WebSecurity
+
+    try:
+        return WebSecurity(path, name)
+    except WebConfigError as e:
+        raise ConfigError(flag, path, str(e)) from None
+
+
 def _range(args: argparse.Namespace, name: str, lo: float | None, hi: float | None,
            what: str) -> None:
     v = getattr(args, name, None)
@@ -201,6 +212,9 @@ def validate_common(args: argparse.Namespace, environ: Mapping[str, str] | None 
     if bind and port != 0:
         check_bind("--listen", args.listen, host, port)
     args.listen_addr = (host, port)
+    if not hasattr(args, "web_security"):
+        args.web_security = web_security("--web-config-file",
+                                         getattr(args, "web_config_file", None), "metrics")
     for f in args.webhook_secret_file:
         check_readable_file("--webhook-secret-file", f)
     if args.state_dir:

@@ -250,8 +250,9 @@ async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
         WebhookReceiver(intake, SecretFiles(args.webhook_secret_file, webhook_metrics),
                         webhook_metrics, tolerance_s=args.webhook_tolerance,
                         max_body=args.webhook_max_body).install(server.app)
+    args.web_security.install(server.app)
     try:
-        runner, url = await start_site(server.app, args.listen)
+        runner, url = await start_site(server.app, args.listen, args.web_security.ssl)
     except OSError as e:  # lost a race since config.validate bound it
         raise ConfigError("--listen", args.listen, f"cannot listen: {e.strerror or e}") from None
     opened.runner = runner

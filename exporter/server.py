@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Callable
@@ -107,15 +108,18 @@ class MetricsServer:
         return web.Response(status=200 if ok else 503, text=text)
 
 
-async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, str]:
-    """Binds `host:port` (port 0 picks one) and returns the runner and the URL it serves on."""
+async def start_site(app: web.Application, listen: str, ssl_context: ssl.SSLContext | None = None
+                     ) -> tuple[web.AppRunner, str]:
+    """Binds `host:port` (port 0 picks one) and returns the runner and the URL it serves on
+    (https with `ssl_context`)."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, int(port))
+    site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context)
     await site.start()
     sock = site._server.sockets[0]  # type: ignore[union-attr]
     bound = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    return runner, f"http://{shown}:{bound}"
+    scheme = "https" if ssl_context is not None else "http"
+    return runner, f"{scheme}://{shown}:{bound}"
