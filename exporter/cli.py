@@ -123,6 +123,12 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--webhook-secret-file", help="file of accepted webhook secrets, one per line "
          "(repeat for rotation; re-read when changed); enables POST /v1/webhooks/events",
          action="append", default=[])
+    _add(p, "--webhook-listen", help="address for POST /v1/webhooks/events on a listener of its "
+         "own (no /metrics there, and no webhook on --listen), e.g. for an Ingress; none: the "
+         "webhook is served on --listen", default=None)
+    _add(p, "--webhook-web-config-file", aliases=("--webhook.web.config.file",),
+         help="exporter-toolkit web config YAML for --webhook-listen (TLS, basic auth, "
+         "headers); none: plain HTTP", default=None)
     _add(p, "--webhook-tolerance", help="seconds a webhook signature timestamp may be off",
          type=float, default=300.0)
     _add(p, "--webhook-max-body", help="largest webhook body, bytes", type=int, default=1 << 20)

@@ -127,6 +127,29 @@ def web_security(flag: str, path: str | None, name: str) -> Any:
         raise ConfigError(flag, path, str(e)) from None
 
 
+def _webhook_listener(args: argparse.Namespace, bind: bool) -> None:
+    """--webhook-listen: its own address and web config; adds `webhook_addr`, `webhook_security`
+    (None without --webhook-listen)."""
+    listen = getattr(args, "webhook_listen", None)
+    web_config = getattr(args, "webhook_web_config_file", None)
+    if not listen:
+        if web_config:
+            raise ConfigError("--webhook-web-config-file", web_config,
+                              "needs --webhook-listen (the webhook has no listener of its own)")
+        args.webhook_addr = args.webhook_security = None
+        return
+    if not args.webhook_secret_file:
+        raise ConfigError("--webhook-listen", listen, "needs --webhook-secret-file")
+    host, port = parse_listen("--webhook-listen", listen)
+    if port != 0 and (host, port) == args.listen_addr:
+        raise ConfigError("--webhook-listen", listen, "is the --listen address")
+    if bind and port != 0:
+        check_bind("--webhook-listen", listen, host, port)
+    args.webhook_addr = (host, port)
+    if getattr(args, "webhook_security", None) is None:
+        args.webhook_security = web_security("--webhook-web-config-file", web_config, "webhook")
+
+
 def _range(args: argparse.Namespace, name: str, lo: float | None, hi: float | None,
            what: str) -> None:
     v = getattr(args, name, None)
@@ -217,6 +240,7 @@ def validate_common(args: argparse.Namespace, environ: Mapping[str, str] | None 
                                          getattr(args, "web_config_file", None), "metrics")
     for f in args.webhook_secret_file:
         check_readable_file("--webhook-secret-file", f)
+    _webhook_listener(args, bind)
     if args.state_dir:
         check_state_dir("--state-dir", args.state_dir)
     if args.otlp_endpoint:

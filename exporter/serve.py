@@ -55,6 +55,8 @@ class Running:
     checkpointer: Checkpointer | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     restored: frozenset[str] = frozenset()  # workloads whose log came from the checkpoint
+    webhook_runner: web.AppRunner | None = None  # --webhook-listen
+    webhook_url: str | None = None
 
     def readiness(self) -> tuple[bool, str]:
         parts = [s.readiness() for s in (self.supervisor, self.kube) if s is not None]
@@ -102,6 +104,8 @@ class Running:
             await self.supervisor.stop()
         if self.kube is not None:
             await self.kube.stop()
+        if self.webhook_runner is not None:
+            await self.webhook_runner.cleanup()
         await self.runner.cleanup()
         await self.session.close()
         if self.checkpointer is not None:
@@ -198,10 +202,12 @@ class _Opened:
     traces: Any
     checkpointer: Checkpointer | None = None
     runner: web.AppRunner | None = None
+    webhook_runner: web.AppRunner | None = None
 
     async def close(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
+        for r in (self.webhook_runner, self.runner):
+            if r is not None:
+                await r.cleanup()
         await self.session.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
@@ -244,20 +250,23 @@ async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
                            held=lambda: running_box[0].held(),
                            standard_metrics=True)
     intake = None
+    webhook_app = None
     if args.webhook_secret_file:
         intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,
                         give_up_after=args.webhook_gap_give_up)
+        webhook_app = webhook_app_for(args, server)
         WebhookReceiver(intake, SecretFiles(args.webhook_secret_file, webhook_metrics),
                         webhook_metrics, tolerance_s=args.webhook_tolerance,
-                        max_body=args.webhook_max_body).install(server.app)
+                        max_body=args.webhook_max_body).install(webhook_app)
     args.web_security.install(server.app)
-    try:
-        runner, url = await start_site(server.app, args.listen, args.web_security.ssl)
-    except OSError as e:  # lost a race since config.validate bound it
-        raise ConfigError("--listen", args.listen, f"cannot listen: {e.strerror or e}") from None
+    runner, url = await _listen(server.app, "--listen", args.listen, args.web_security)
     opened.runner = runner
     running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
                       intake=intake, checkpointer=checkpointer, restored=restored)
+    if webhook_app is not None and webhook_app is not server.app:
+        running.webhook_runner, running.webhook_url = await _listen(
+            webhook_app, "--webhook-listen", args.webhook_listen, args.webhook_security)
+        opened.webhook_runner = running.webhook_runner
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()
@@ -269,6 +278,26 @@ async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
         running.tasks.append(asyncio.create_task(
             _checkpoint_loop(running, args.checkpoint_interval), name="checkpoint"))
     return running
+
+
+def webhook_app_for(args: argparse.Namespace, server: MetricsServer) -> web.Application:
+    """The app the webhook goes on: the metrics listener's, or with --webhook-listen one of its
+    own that serves only the webhook and the health endpoints (for the Ingress' checks)."""
+    if not getattr(args, "webhook_listen", None):
+        return server.app
+    app = web.Application()
+    app.router.add_get("/healthz", server.healthz)
+    app.router.add_get("/readyz", server.readyz)
+    args.webhook_security.install(app)
+    return app
+
+
+async def _listen(app: web.Application, flag: str, listen: str, security: Any
+                  ) -> tuple[web.AppRunner, str]:
+    try:
+        return await start_site(app, listen, security.ssl)
+    except OSError as e:  # lost a race since config.validate bound it
+        raise ConfigError(flag, listen, f"cannot listen: {e.strerror or e}") from None
 
 
 async def run_until_stopped(running: Running, duration: float = 0.0) -> None:
@@ -292,6 +321,8 @@ def main(args: argparse.Namespace) -> int:
     async def go() -> None:
         running = await start(args)
         log.info("serving metrics", extra={"url": f"{running.url}/metrics"})
+        if running.webhook_url:
+            log.info("serving webhooks", extra={"url": f"{running.webhook_url}/v1/webhooks/events"})
         await run_until_stopped(running)
 
     try:

@@ -54,7 +54,9 @@ def test_manifest_env_vars_are_serve_flags() -> None:
 def test_listen_port_matches_the_cli_default() -> None:
     deployment = _yaml(BASE / "deployment.yaml")
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
-    assert ports == [{"name": "http", "containerPort": cli.DEFAULT_PORT, "protocol": "TCP"}]
+    assert ports[0] == {"name": "http", "containerPort": cli.DEFAULT_PORT, "protocol": "TCP"}
+    assert ports[1] == {"name": "webhook", "containerPort": cli.DEFAULT_PORT + 1,
+                        "protocol": "TCP"}
 
 
 def test_image_tag_is_the_project_version() -> None:

@@ -240,3 +240,59 @@ def test_web_config_mistake_is_a_one_line_config_error(pki):
 def test_config_error_names_flag():
     e = ConfigError("--web-config-file", "x.yml", "cannot read")
     assert e.line("serve") == "zaroz-exporter serve: error: --web-config-file 'x.yml': cannot read"
+
+
+async def test_webhook_on_its_own_listener_with_its_own_web_config(pki):
+    """With --webhook-listen, /metrics is not reachable there and the webhook is not on
+    --listen; each listener has its own web config (here: webhook TLS, metrics basic auth)."""
+
+    hashed = _hash("m")
+    metrics_cfg = _write_config(pki["dir"] / "metrics.yml",
+                                f"basic_auth_users: {{m: '{hashed}'}}\n")
+    hook_cfg = _write_config(pki["dir"] / "hook.yml",
+                             "tls_server_config: {cert_file: server.crt, key_file: server.key}\n")
+    args = build_parser().parse_args([
+        "serve", "--listen", "127.0.0.1:0", "--kube", "off", "--webhook-secret-file",
+        str(pki["secret"]), "--web-config-file", str(metrics_cfg),
+        "--webhook-listen", "127.0.0.1:0", "--webhook-web-config-file", str(hook_cfg)])
+    running = await start(args)
+    try:
+        hook, metrics = running.webhook_url, running.url
+        assert hook is not None and hook.startswith("https://") and metrics.startswith("http://")
+        ctx = _client_ctx(pki)
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{hook}/v1/webhooks/events", ssl=ctx, data=b"{}",
+                              headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 400  # reached the receiver: refused, unsigned and unnamed
+                assert (await r.json())["error"]["code"] == "missing_workload"
+            for path in ("/metrics", "/"):
+                async with s.get(f"{hook}{path}", ssl=ctx) as r:
+                    assert r.status == 404
+            async with s.get(f"{hook}/healthz", ssl=ctx) as r:
+                assert r.status == 200
+            auth = {"Authorization": "Basic " + base64.b64encode(b"m:m").decode()}
+            async with s.post(f"{metrics}/v1/webhooks/events", data=b"{}", headers={
+                    **auth, "Content-Type": "application/json"}) as r:
+                assert r.status in (404, 405)
+            async with s.get(f"{metrics}/metrics", headers=auth) as r:
+                assert r.status == 200
+                assert "zaroz_webhook_deliveries_total" in await r.text()
+    finally:
+        await running.stop()
+
+def test_webhook_listener_mistakes(pki):
+    from exporter import config
+
+    def args(*extra: str):
+        return build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--kube", "off",
+                                          *extra])
+
+    with pytest.raises(ConfigError, match="needs --webhook-secret-file"):
+        config.validate(args("--events-url", "http://x/", "--webhook-listen", "127.0.0.1:0"))
+    with pytest.raises(ConfigError, match="needs --webhook-listen"):
+        config.validate(args("--webhook-secret-file", str(pki["secret"]),
+                             "--webhook-web-config-file", "x.yml"))
+    with pytest.raises(ConfigError, match="is the --listen address"):
+        config.validate(build_parser().parse_args([
+            "serve", "--listen", "127.0.0.1:19999", "--kube", "off", "--webhook-secret-file",
+            str(pki["secret"]), "--webhook-listen", "127.0.0.1:19999"]))
