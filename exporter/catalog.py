@@ -28,6 +28,8 @@ class Metric:
     group: str = ""
     # One series per Kubernetes object: kept as bare pre-rendered lines (see sinks.metrics.table).
     per_object: bool = False
+    # Exported only when --metric-opt-in-list names it (expensive, seldom needed; families.py).
+    opt_in: bool = False
 
     @property
     def family(self) -> str:
@@ -314,7 +316,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "zaroz_unitsignal_status_seq", Kind.GAUGE,
         "status.seq: monotonic per agent start.",
-        _US, group="cluster", per_object=True,
+        _US, group="cluster", per_object=True, opt_in=True,
     ),
     Metric(
         "zaroz_unitsignal_spec_valid", Kind.GAUGE,

@@ -150,6 +150,16 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--otlp-max-queue-size", help="spans buffered for export before drops are counted",
          type=int, default=65536)
     _add(p, "--otlp-batch-size", help="spans per OTLP export request", type=int, default=4096)
+    _add(p, "--metric-allowlist", help="export only the metric families matching one of these "
+         "regular expressions (comma-separated, matched anywhere in the name as in "
+         "kube-state-metrics; ^...$ for an exact name); exclusive with --metric-denylist",
+         type=_csv, default=[])
+    _add(p, "--metric-denylist", help="export every metric family but those matching one of "
+         "these regular expressions (comma-separated, e.g. 'zaroz_unitsignal_.*' drops every "
+         "per-UnitSignal series)", type=_csv, default=[])
+    _add(p, "--metric-opt-in-list", help="opt-in metric families to export (regular expressions, "
+         "comma-separated): families off by default for their cost, see docs/metrics.md",
+         type=_csv, default=[])
     _add(p, "--total-shards", help="number of shards; each workload is exported by one",
          type=int, default=1)
     _add(p, "--shard", help="this instance's shard ordinal (default: from the StatefulSet pod "

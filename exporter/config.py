@@ -150,6 +150,18 @@ def _webhook_listener(args: argparse.Namespace, bind: bool) -> None:
         args.webhook_security = web_security("--webhook-web-config-file", web_config, "webhook")
 
 
+def family_filter(args: argparse.Namespace) -> Any:
+    """--metric-allowlist/-denylist/-opt-in-list as an exporter.families.FamilyFilter."""
+    from exporter.families import FamilyFilter, FamilyListError
+
+    try:
+        return FamilyFilter.parse(getattr(args, "metric_allowlist", None) or (),
+                                  getattr(args, "metric_denylist", None) or (),
+                                  getattr(args, "metric_opt_in_list", None) or ())
+    except FamilyListError as e:
+        raise ConfigError(e.flag, e.value, e.cause) from None
+
+
 def _range(args: argparse.Namespace, name: str, lo: float | None, hi: float | None,
            what: str) -> None:
     v = getattr(args, name, None)
@@ -246,6 +258,7 @@ def validate_common(args: argparse.Namespace, environ: Mapping[str, str] | None 
     if args.otlp_endpoint:
         check_url("--otlp-endpoint", args.otlp_endpoint)
     args.shard_config = shard_of(args, env)
+    args.family_filter = family_filter(args)
     return args
 
 

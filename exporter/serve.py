@@ -129,6 +129,16 @@ def _trace_sink(args: argparse.Namespace) -> Any:
     return sink
 
 
+def _select_families(pipeline: Pipeline, families: Any) -> None:
+    """--metric-allowlist/-denylist/-opt-in-list, before anything is recorded."""
+    registry = pipeline.registry
+    registry.select(families.included)
+    for pattern in families.unmatched(registry.families):
+        log.warning("metric list pattern matches no family", extra={"pattern": pattern})
+    if registry.hidden:
+        log.info("metric families not exported", extra={"families": len(registry.hidden)})
+
+
 async def _expire_loop(running: Running, interval: float) -> None:
     """Idle-unit sweeps by each workload's event clock (exporter.expiry); the wall time of the
     sweep is read here, never in the model."""
@@ -182,6 +192,7 @@ async def start(args: argparse.Namespace) -> Running:
     shard = args.shard_config
     traces = _trace_sink(args)
     pipeline = Pipeline(idle_seconds=args.unit_idle_timeout, traces=traces)
+    _select_families(pipeline, args.family_filter)
     pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
     pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))

@@ -59,7 +59,7 @@ def header(m: Metric, openmetrics: bool) -> bytes:
 
 def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
     """The exposition in pieces, one family at a time."""
-    for fam in registry.families.values():
+    for fam in registry.visible():
         yield header(fam.metric, openmetrics)
         if isinstance(fam, Family):
             body = fam.body(openmetrics)

@@ -121,6 +121,22 @@ class Registry:
             m.name: TableFamily(m) if m.per_object else Family(m, self.held) for m in metrics
         }
         self.extras: list[Extra] = []
+        self.hidden: frozenset[str] = frozenset()  # families not exported (families.py)
+        self._visible: list[Family | TableFamily] | None = None
+
+    def select(self, included: Callable[[str], bool]) -> None:
+        """Export only the families `included` accepts (call before anything is recorded)."""
+        self.hidden = frozenset(n for n in self.families if not included(n))
+        self._visible = None
+
+    def exported(self, name: str) -> bool:
+        return name not in self.hidden
+
+    def visible(self) -> list[Family | TableFamily]:
+        """The exported families, in catalog order."""
+        if self._visible is None:
+            self._visible = [f for n, f in self.families.items() if n not in self.hidden]
+        return self._visible
 
     def hold(self, workloads: Iterable[str]) -> None:
         """Leave these workloads' event-log series out of the exposition until released.
@@ -147,5 +163,5 @@ class Registry:
     def series_count(self) -> int:
         return sum(
             len(f) if isinstance(f, TableFamily) else len(f.series)
-            for f in self.families.values()
+            for f in self.visible()
         ) + sum(x.series for x in self.extras)
