@@ -10,7 +10,7 @@ import sys
 
 from bench._common import ROOT, child_env
 
-BENCHMARKS = ("replay", "scrape", "cluster", "webhook", "traces", "decoders")
+BENCHMARKS = ("replay", "scrape", "cluster", "webhook", "traces", "decoders", "families")
 
 
 def main(argv: list[str]) -> int:
