@@ -506,6 +506,19 @@ METRICS: tuple[Metric, ...] = (
         (), unit="seconds", group="exporter",
     ),
     Metric(
+        "zaroz_exporter_source_series", Kind.GAUGE,
+        "Series in the exposition at the previous scrape, by source: the group of the families "
+        "(lifecycle, events, route, cluster, kube, traces, webhook, exporter), or process for "
+        "the process_* and python_* families.",
+        ("source",), group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_source_render_seconds", Kind.GAUGE,
+        "Time the previous scrape spent rendering each source's families (see "
+        "zaroz_exporter_source_series).",
+        ("source",), unit="seconds", group="exporter",
+    ),
+    Metric(
         "zaroz_exporter_last_scrape_bytes", Kind.GAUGE,
         "Uncompressed size of the previous scrape's exposition.",
         (), unit="bytes", group="exporter",

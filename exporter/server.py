@@ -97,7 +97,17 @@ class MetricsServer:
         self._bytes.set(size)
         self._duration.set(time.perf_counter() - start)
         self.overview.scraped()
+        self._by_source()
         return resp
+
+    def _by_source(self) -> None:
+        """zaroz_exporter_source_series/_render_seconds of the scrape just sent."""
+        series = self.registry["zaroz_exporter_source_series"]
+        render_s = self.registry["zaroz_exporter_source_render_seconds"]
+        for source, n in self.registry.series_by_source().items():
+            series.labels(source).set(n)
+        for source, s in self.registry.render_seconds.items():
+            render_s.labels(source).set(s)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -3,6 +3,7 @@ in both formats, and promtool still finds the whole exposition clean."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 
@@ -65,3 +66,43 @@ async def test_promtool_check_metrics_is_clean_with_the_standard_families():
     res = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
                          capture_output=True)
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res
+
+
+async def test_series_and_render_time_per_source():
+    """Each scrape reports the previous one's series and render time by source; the series add
+    up to zaroz_exporter_series, and `process` counts exactly the collectors' samples."""
+    (wl, events), = LOGS.items()
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    route.append(wl, events)
+    base = await route.start()
+    args = build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--wait", "1",
+                                      "--events-url", base, "--kube", "off"])
+    running = await start(args)
+    try:
+        for _ in range(200):
+            if running.ready():
+                break
+            await asyncio.sleep(0.05)
+        async with aiohttp.ClientSession() as s:
+            texts = []
+            for _ in range(3):
+                async with s.get(f"{running.url}/metrics") as r:
+                    texts.append(await r.text())
+    finally:
+        await running.stop()
+        await route.stop()
+    previous, last = texts[1], texts[2]
+    samples = [sm for f in parse_text(last) for sm in f.samples]
+    by_source = {sm.labels["source"]: sm.value for sm in samples
+                 if sm.name == "zaroz_exporter_source_series"}
+    total = next(sm.value for sm in samples if sm.name == "zaroz_exporter_series")
+    assert sum(by_source.values()) == total
+    prev = [sm for f in parse_text(previous) for sm in f.samples]
+    assert by_source["process"] == sum(1 for sm in prev
+                                       if sm.name.startswith(("process_", "python_")))
+    assert by_source["route"] == sum(1 for sm in prev if sm.name.startswith("zaroz_route_"))
+    assert by_source["events"] > 0 and by_source["lifecycle"] > 0
+    seconds = {sm.labels["source"]: sm.value for sm in samples
+               if sm.name == "zaroz_exporter_source_render_seconds"}
+    assert set(seconds) >= {"process", "route", "events", "lifecycle", "exporter"}
+    assert all(v >= 0 for v in seconds.values())

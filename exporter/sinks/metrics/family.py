@@ -122,6 +122,7 @@ class Registry:
         }
         self.extras: list[Extra] = []
         self.hidden: frozenset[str] = frozenset()  # families not exported (families.py)
+        self.render_seconds: dict[str, float] = {}  # by group, of the last render (exposition)
         self._visible: list[Family | TableFamily] | None = None
 
     def select(self, included: Callable[[str], bool]) -> None:
@@ -159,6 +160,16 @@ class Registry:
         if not isinstance(fam, TableFamily):
             raise TypeError(f"{name} is not a per-object metric")
         return fam
+
+    def series_by_source(self) -> dict[str, int]:
+        """Series of the exported families by catalog group, and the extras' as `process`."""
+        out: dict[str, int] = {}
+        for f in self.visible():
+            g = f.metric.group
+            out[g] = out.get(g, 0) + (len(f) if isinstance(f, TableFamily) else len(f.series))
+        if self.extras:
+            out["process"] = sum(x.series for x in self.extras)
+        return out
 
     def series_count(self) -> int:
         return sum(
