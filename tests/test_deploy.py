@@ -8,6 +8,7 @@ builds the overlays with kustomize and validates the result.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -173,3 +174,18 @@ def test_dockerignore_sends_only_the_build_inputs() -> None:
     copied = {src.rstrip("/") for word, rest in _dockerfile()
               if word == "COPY" and not rest.startswith("--from") for src in rest.split()[:-1]}
     assert copied and copied <= kept, copied - kept
+
+
+def test_every_object_fits_a_client_side_apply() -> None:
+    """`kubectl apply` (client-side) keeps the whole object in an annotation, and annotations
+    are limited to 256 KiB in total: every manifest must fit, with room to spare, so the install
+    needs no --server-side (deploy/README.md says so)."""
+    limit = 256 * 1024
+    sizes = {}
+    for path in sorted((ROOT / "deploy").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and "metadata" in doc and doc.get("kind") not in ("Kustomization", "Component"):
+                sizes[f"{path.name}:{doc['metadata']['name']}"] = len(json.dumps(doc))
+    largest = max(sizes, key=sizes.__getitem__)
+    assert sizes[largest] < limit // 2, (largest, sizes[largest])
+    assert "dashboard" in largest  # the claim in deploy/README.md names the largest
