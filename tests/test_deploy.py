@@ -155,7 +155,7 @@ def test_dockerfile_entrypoint_cmd_port_and_runtime_only_install() -> None:
     words = dict(lines)
     assert words["ENTRYPOINT"] == '["zaroz-exporter"]'
     assert words["CMD"] == '["serve"]'
-    assert words["EXPOSE"] == str(cli.DEFAULT_PORT)
+    assert words["EXPOSE"] == f"{cli.DEFAULT_PORT} {cli.DEFAULT_PORT + 1}"  # metrics, webhook
     runs = " ".join(rest for word, rest in lines if word == "RUN")
     assert "pip install" in runs
     assert "[test]" not in runs and "[bench]" not in runs and " -e " not in runs
@@ -189,3 +189,15 @@ def test_every_object_fits_a_client_side_apply() -> None:
     largest = max(sizes, key=sizes.__getitem__)
     assert sizes[largest] < limit // 2, (largest, sizes[largest])
     assert "dashboard" in largest  # the claim in deploy/README.md names the largest
+
+
+def test_local_containerfile_keeps_the_dockerfiles_runtime() -> None:
+    """Containerfile.local (.ci/image, where no registry is reachable) stands in for the
+    Dockerfile: the same user, workdir, ports, entrypoint and command."""
+    def runtime(text: str) -> list[str]:
+        final = text.split("\nFROM ")[-1]  # the last stage
+        return [line for line in final.splitlines()
+                if line.startswith(("USER ", "WORKDIR ", "EXPOSE ", "ENTRYPOINT ", "CMD "))]
+    docker = runtime((ROOT / "Dockerfile").read_text())
+    local = runtime((ROOT / "Containerfile.local").read_text())
+    assert docker == local and len(docker) == 5
