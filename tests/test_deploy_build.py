@@ -35,6 +35,7 @@ OVERLAYS = {
     "dev": ROOT / "deploy" / "overlays" / "dev",
     "persistent-state": ROOT / "deploy" / "overlays" / "persistent-state",
     "webhook-ingress": ROOT / "deploy" / "overlays" / "webhook-ingress",
+    "tls": ROOT / "deploy" / "overlays" / "tls",
 }
 STATEFUL = ("sharded", "persistent-state")
 K8S_VERSIONS = ("1.28.0", "1.37.0")  # oldest and newest that kubernetes-validate ships, in use
@@ -151,8 +152,9 @@ def test_pod_is_locked_down_and_probed(overlay: str) -> None:
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    scheme = {"scheme": "HTTPS"} if overlay == "tls" else {}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", **scheme}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", **scheme}
     assert ":" in c["image"] and not c["image"].endswith(":latest")
 
 
@@ -261,6 +263,32 @@ def test_webhook_ingress_exposes_only_the_webhook() -> None:
     port = next(p for p in hook["spec"]["ports"] if p["name"] == backend["port"]["name"])
     assert port["targetPort"] == "webhook"
     assert ingress["spec"]["tls"], "webhooks cross the internet: TLS at the ingress"
+
+
+def test_tls_overlay_serves_metrics_over_https_with_a_valid_web_config(tmp_path: Path) -> None:
+    """The web config the pod reads parses as the exporter parses it (its files stood in for by
+    test certificates), probes and the ServiceMonitor use https, and the Secret is mounted where
+    the web config looks."""
+    from exporter.webconfig import parse
+    from tests.certs import CA
+
+    docs = build("tls")
+    (c,) = _workload(docs)["spec"]["template"]["spec"]["containers"]
+    pod = _workload(docs)["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    path = Path(env["ZAROZ_EXPORTER_WEB_CONFIG_FILE"])
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    cm_name = volumes[mounts[str(path.parent)]]["configMap"]["name"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name]
+    text = cm["data"][path.name]
+    tls_dir = next(p for p in ("/etc/zaroz/tls",) if p in text)
+    assert "secret" in volumes[mounts[tls_dir]]
+    CA.make("ca").issue("server", tmp_path / "tls.crt", tmp_path / "tls.key")
+    cfg = parse(text.replace(tls_dir, str(tmp_path)), tmp_path / path.name)
+    assert cfg.tls is not None and cfg.tls.cert_file == tmp_path / "tls.crt"
+    (endpoint,) = _one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["ca"]["secret"]["key"]
 
 
 def test_prometheusrules_and_dashboards_are_in_the_build() -> None:
