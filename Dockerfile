@@ -29,6 +29,6 @@ RUN groupadd --system --gid 10001 zaroz \
     && mkdir -p /var/lib/zaroz-exporter && chown 10001:10001 /var/lib/zaroz-exporter
 USER 10001:10001
 WORKDIR /var/lib/zaroz-exporter
-EXPOSE 9817
+EXPOSE 9817 9818
 ENTRYPOINT ["zaroz-exporter"]
 CMD ["serve"]

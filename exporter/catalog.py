@@ -28,6 +28,8 @@ class Metric:
     group: str = ""
     # One series per Kubernetes object: kept as bare pre-rendered lines (see sinks.metrics.table).
     per_object: bool = False
+    # Exported only when --metric-opt-in-list names it (expensive, seldom needed; families.py).
+    opt_in: bool = False
 
     @property
     def family(self) -> str:
@@ -314,7 +316,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "zaroz_unitsignal_status_seq", Kind.GAUGE,
         "status.seq: monotonic per agent start.",
-        _US, group="cluster", per_object=True,
+        _US, group="cluster", per_object=True, opt_in=True,
     ),
     Metric(
         "zaroz_unitsignal_spec_valid", Kind.GAUGE,
@@ -502,6 +504,19 @@ METRICS: tuple[Metric, ...] = (
         "zaroz_exporter_last_scrape_duration_seconds", Kind.GAUGE,
         "Time the previous scrape took to render and send.",
         (), unit="seconds", group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_source_series", Kind.GAUGE,
+        "Series in the exposition at the previous scrape, by source: the group of the families "
+        "(lifecycle, events, route, cluster, kube, traces, webhook, exporter), or process for "
+        "the process_* and python_* families.",
+        ("source",), group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_source_render_seconds", Kind.GAUGE,
+        "Time the previous scrape spent rendering each source's families (see "
+        "zaroz_exporter_source_series).",
+        ("source",), unit="seconds", group="exporter",
     ),
     Metric(
         "zaroz_exporter_last_scrape_bytes", Kind.GAUGE,

@@ -10,35 +10,67 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from exporter import __version__
+from exporter.config import ConfigError
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Shows a default only when there is one (no `(default: None)`)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, [], False, ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr (exit code 2), like every other config error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _env_name(flag: str, scope: str = "") -> str:
     return ENV_PREFIX + scope + flag.lstrip("-").replace("-", "_").upper()
 
 
-def _add(p: argparse.ArgumentParser, flag: str, *, help: str, scope: str = "", **kw: Any) -> None:
-    """A flag whose default comes from ZAROZ_EXPORTER_[SCOPE_]<FLAG>, shown in --help."""
+def _add(p: argparse.ArgumentParser, flag: str, *, help: str, scope: str = "",
+         aliases: tuple[str, ...] = (), **kw: Any) -> None:
+    """A flag whose default comes from ZAROZ_EXPORTER_[SCOPE_]<FLAG>, shown in --help.
+    `aliases`: other spellings (e.g. exporter-toolkit's `--web.config.file`)."""
     env = _env_name(flag, scope)
     raw = os.environ.get(env)
-    action = kw.get("action")
     if raw is not None:
-        if action == "store_true":
-            kw["default"] = raw.lower() in ("1", "true", "yes", "on")
-        elif action == "append":
-            kw["default"] = [v.strip() for v in raw.split(",") if v.strip()]
-        else:
-            kw["default"] = kw.get("type", str)(raw)
-    p.add_argument(flag, help=f"{help} [env {env}]", **kw)
+        kw["default"] = _from_env(flag, env, raw, kw)
+    if aliases:
+        kw.setdefault("dest", flag.lstrip("-").replace("-", "_"))
+    p.add_argument(*aliases, flag, help=f"{help} [env {env}]", **kw)
+
+
+def _from_env(flag: str, env: str, raw: str, kw: dict[str, Any]) -> Any:
+    """An environment variable's value, checked as argparse checks the flag's."""
+    action = kw.get("action")
+    if action == "store_true":
+        if raw.strip().lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+            raise ConfigError(f"{env} ({flag})", raw, "not a boolean (true or false)")
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if action == "append":
+        return [v.strip() for v in raw.split(",") if v.strip()]
+    kind = kw.get("type", str)
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{env} ({flag})", raw,
+                          f"invalid {getattr(kind, '__name__', 'value')} value") from None
+    choices = kw.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(f"{env} ({flag})", raw, f"must be one of {', '.join(choices)}")
+    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -71,6 +103,9 @@ def _csv(v: str) -> list[str]:
 
 def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--listen", help="address for /metrics, /healthz, /readyz", default=listen)
+    _add(p, "--web-config-file", aliases=("--web.config.file",), help="exporter-toolkit web "
+         "config YAML for --listen: TLS, client certificates, basic auth, headers (re-read when "
+         "it or a file it names changes); none: plain HTTP", default=None)
     _add(p, "--gzip-level", help="gzip level for scrapes that accept gzip", type=int, default=1)
     _add(p, "--page-limit", help="events per route request (1..1000)", type=int, default=1000)
     _add(p, "--wait", help="long-poll seconds per route request (0..60)", type=int, default=30)
@@ -88,6 +123,12 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--webhook-secret-file", help="file of accepted webhook secrets, one per line "
          "(repeat for rotation; re-read when changed); enables POST /v1/webhooks/events",
          action="append", default=[])
+    _add(p, "--webhook-listen", help="address for POST /v1/webhooks/events on a listener of its "
+         "own (no /metrics there, and no webhook on --listen), e.g. for an Ingress; none: the "
+         "webhook is served on --listen", default=None)
+    _add(p, "--webhook-web-config-file", aliases=("--webhook.web.config.file",),
+         help="exporter-toolkit web config YAML for --webhook-listen (TLS, basic auth, "
+         "headers); none: plain HTTP", default=None)
     _add(p, "--webhook-tolerance", help="seconds a webhook signature timestamp may be off",
          type=float, default=300.0)
     _add(p, "--webhook-max-body", help="largest webhook body, bytes", type=int, default=1 << 20)
@@ -109,6 +150,16 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--otlp-max-queue-size", help="spans buffered for export before drops are counted",
          type=int, default=65536)
     _add(p, "--otlp-batch-size", help="spans per OTLP export request", type=int, default=4096)
+    _add(p, "--metric-allowlist", help="export only the metric families matching one of these "
+         "regular expressions (comma-separated, matched anywhere in the name as in "
+         "kube-state-metrics; ^...$ for an exact name); exclusive with --metric-denylist",
+         type=_csv, default=[])
+    _add(p, "--metric-denylist", help="export every metric family but those matching one of "
+         "these regular expressions (comma-separated, e.g. 'zaroz_unitsignal_.*' drops every "
+         "per-UnitSignal series)", type=_csv, default=[])
+    _add(p, "--metric-opt-in-list", help="opt-in metric families to export (regular expressions, "
+         "comma-separated): families off by default for their cost, see docs/metrics.md",
+         type=_csv, default=[])
     _add(p, "--total-shards", help="number of shards; each workload is exported by one",
          type=int, default=1)
     _add(p, "--shard", help="this instance's shard ordinal (default: from the StatefulSet pod "
@@ -116,7 +167,7 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zaroz-exporter",
         formatter_class=_Formatter,
         description="Prometheus metrics for the zaroz units platform, from its event log.",
@@ -148,9 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", formatter_class=_Formatter, help="apply JSONL event logs and print metrics",
         description="Apply JSONL event logs (one envelope a line) and print the final exposition "
         "in Prometheus text format. Bad lines are counted, never fatal.")
-    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event log files")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event logs: files "
+                        "(gzip-compressed too), directories (every *.jsonl and *.jsonl.gz in "
+                        "them), or - for stdin")
     _add(replay, "--workload", help="workload of every file (default: the file name without "
-         ".jsonl)", default=None, scope="REPLAY_")
+         ".jsonl or .jsonl.gz; stdin: stdin)", default=None, scope="REPLAY_")
     _add(replay, "--summary", help="print count, p50, p95, p99 and anomaly counts instead",
          action="store_true", default=False, scope="REPLAY_")
     _add(replay, "--openmetrics", help="print OpenMetrics instead of text 0.0.4",
@@ -160,6 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add(replay, "--report", help="also write a self-contained HTML incident report to this "
          "file (distributions, trends, slowest units' timelines, anomalies)", default=None,
          scope="REPLAY_")
+    _add(replay, "--explain", help="print file:line and the schema's reason for each invalid "
+         "line on stderr", action="store_true", default=False, scope="REPLAY_")
+    _add(replay, "--explain-max", help="invalid lines explained at most (the rest are counted)",
+         type=int, default=20, scope="REPLAY_")
 
     demo = sub.add_parser("demo", formatter_class=_Formatter,
                           help="simulated platform + exporter on loopback",
@@ -185,12 +242,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "serve":
+            from exporter import config
+
+            config.validate(args)
+        elif args.command == "demo":
+            from exporter import config
+
+            config.validate_common(args)
+    except ConfigError as e:
+        print(e.line(argv[0] if argv and not argv[0].startswith("-") else ""), file=sys.stderr)
+        return 2
     if args.command == "replay":
         from exporter import replay
 
         return replay.run(args.files, args.workload, args.summary, args.openmetrics,
-                          otlp_endpoint=args.otlp_endpoint, report=args.report)
+                          otlp_endpoint=args.otlp_endpoint, report=args.report,
+                          explain=args.explain, explain_max=args.explain_max)
     from exporter import logs
 
     logs.setup(args.log_level, args.log_format)

@@ -117,6 +117,8 @@ def table(metrics: tuple[catalog.Metric, ...] = catalog.METRICS) -> str:
             help_ = m.help.replace("|", "\\|")
             if m.buckets:
                 help_ += " Buckets: " + ", ".join(f"{b:g}" for b in m.buckets) + "."
+            if m.opt_in:
+                help_ += " Opt-in: exported only with `--metric-opt-in-list`."
             out.append(f"| `{m.name}` | {kind} | {labels} | {help_} |")
         out.append("")
     missing = [m.name for m in metrics if m.group not in GROUPS]
@@ -125,11 +127,86 @@ def table(metrics: tuple[catalog.Metric, ...] = catalog.METRICS) -> str:
     return "\n".join(out)
 
 
+def standard_table() -> str:
+    """The process_* and python_* families `serve` adds, as client_python's collectors (on
+    Linux) describe them."""
+    from prometheus_client import (
+        CollectorRegistry,
+        GCCollector,
+        PlatformCollector,
+        ProcessCollector,
+    )
+
+    reg = CollectorRegistry(auto_describe=False)
+    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    collectors = (ProcessCollector(registry=reg), PlatformCollector(registry=reg),
+                  GCCollector(registry=reg))
+    for c in collectors:
+        for fam in c.collect():
+            name = fam.name + ("_total" if fam.type == "counter" else "")
+            labels = sorted({k for s in fam.samples for k in s.labels})
+            shown = ", ".join(f"`{x}`" for x in labels) or "-"
+            rows.append(f"| `{name}` | {fam.type} | {shown} | {fam.documentation.rstrip('.')}. |")
+    return "\n".join(rows) + "\n"
+
+
+STANDARD_INTRO = """\
+### The process (client_python's collectors)
+
+`serve` and `demo` also expose the families every client_python exporter has, rendered by
+prometheus_client's `ProcessCollector`, `PlatformCollector` and `GCCollector` after the catalog's
+(names and help as the ecosystem has them, so the usual restart and memory alerts work;
+`replay` prints only the catalog's):
+
+"""
+
+
+FAMILY_LISTS = """\
+## Series cost and choosing families
+
+Every family below costs a fixed number of series per workload (or per shard), except the
+per-object ones: one series per UnitSignal each (`zaroz_unitsignal_labels` only for UnitSignals
+with an allowlisted label), so they make up nearly all of a large cluster's exposition (see
+docs/scaling.md for memory and scrape time per series).
+
+| per-UnitSignal family | series per UnitSignal | default |
+|---|---|---|
+{rows}
+
+At 100k UnitSignals the default set is {default_m} million series. `--metric-denylist
+'zaroz_unitsignal_.*'` drops them all, and with them the per-workload `zaroz_unitsignal_*`
+families (the cluster-clock histograms, conformance and skew counters). To drop exactly the
+per-UnitSignal ones and keep those:
+
+```
+--metric-denylist '{per_object_regex}'
+```
+
+The lists work as in kube-state-metrics: regular expressions matched anywhere in the family name
+(anchor with `^...$`), `--metric-allowlist` and `--metric-denylist` mutually exclusive, opt-in
+families only with `--metric-opt-in-list`; a pattern that matches no family is logged at start.
+A family not exported is never rendered, and with no per-object family exported the
+per-UnitSignal rows are not even stored (bench/README.md has the figures).
+"""
+
+
+def family_lists() -> str:
+    per = [m for m in catalog.METRICS if m.per_object]
+    rows = "\n".join(
+        f"| `{m.name}` | {'0 or 1' if m.name == 'zaroz_unitsignal_labels' else 1} | "
+        f"{'opt-in' if m.opt_in else 'on'} |" for m in per)
+    default = sum(1 for m in per if not m.opt_in and m.name != "zaroz_unitsignal_labels")
+    names = "|".join(m.name.removeprefix("zaroz_unitsignal_") for m in per)
+    return FAMILY_LISTS.format(rows=rows, default_m=f"{default * 0.1:.1f}",
+                               per_object_regex=f"^zaroz_unitsignal_({names})$")
+
+
 def metrics_doc() -> str:
     return (
         "# Metric reference\n\n"
         "Generated from `exporter/catalog.py` by `python -m exporter.docsgen`; do not edit.\n\n"
-        f"{INTERPRETATIONS}\n## Metrics\n\n{table()}"
+        f"{INTERPRETATIONS}\n## Metrics\n\n{table()}\n{STANDARD_INTRO}{standard_table()}\n"
+        f"{family_lists()}"
     )
 
 

@@ -7,19 +7,28 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from exporter.model.observations import Observer
 from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
-from exporter.sources.files import NOT_JSON, read_batches, workload_of
+from exporter.sources.files import (
+    NOT_JSON,
+    LogFile,
+    LogNotFound,
+    expand,
+    read_batches,
+    read_numbered,
+    workload_of,
+)
 
 if TYPE_CHECKING:
     from exporter.sinks.traces.otlp import TraceSink
 
 EXPIRE_EVERY = 50_000  # lines between idle-unit sweeps (event clock)
+EXPLAIN_MAX = 20  # invalid lines explained before the rest are only counted
 
 
 class SummaryMetrics(WorkloadMetrics):
@@ -43,13 +52,21 @@ class SummaryMetrics(WorkloadMetrics):
         self.samples["drain"].append(ns)
 
 
-def apply_files(pipeline: Pipeline, files: Iterable[Path], workload: str | None) -> None:
-    for path in files:
-        name = workload or workload_of(path)
+def apply_files(pipeline: Pipeline, files: Iterable[Path | LogFile], workload: str | None,
+                explain: Explainer | None = None) -> None:
+    """Apply every log in order; with `explain`, each invalid line is also explained (slower:
+    lines one by one, each event validated a second time for its reason)."""
+    for f in files:
+        log_file = f if isinstance(f, LogFile) else LogFile(f, workload_of(f))
+        name = workload or log_file.workload
         log = pipeline.workload(name)
+        if explain is not None:
+            explain.apply(log_file, log)
+            pipeline.expire_workload(name, log.clock)
+            continue
         offer, reject = log.offer, log.reject_json
         n = 0
-        for batch in read_batches(path):
+        for batch in read_batches(log_file):
             for obj in batch:
                 if obj is NOT_JSON:
                     reject()
@@ -62,6 +79,40 @@ def apply_files(pipeline: Pipeline, files: Iterable[Path], workload: str | None)
     for name, log in pipeline.logs.items():
         log.flush()
         pipeline.expire_workload(name, log.clock)
+
+
+class Explainer:
+    """`replay --explain`: `file:line: reason` for each invalid line (python-jsonschema's
+    message for a schema failure), at most `limit`, then how many more there were."""
+
+    def __init__(self, out: IO[str], limit: int = EXPLAIN_MAX) -> None:
+        self.out = out
+        self.limit = limit
+        self.invalid = 0
+
+    def apply(self, log_file: LogFile, log: Any) -> None:
+        from exporter.contract import is_valid_event
+
+        for n, obj, error in read_numbered(log_file):
+            if obj is NOT_JSON:
+                log.reject_json()
+                self._say(log_file, n, [f"not JSON: {error}"])
+                continue
+            log.offer(obj)
+            if not is_valid_event(obj):
+                from exporter.contract import explain
+
+                self._say(log_file, n, explain("event", obj, max_errors=3))
+
+    def _say(self, log_file: LogFile, line: int, reasons: list[str]) -> None:
+        self.invalid += 1
+        if self.invalid <= self.limit:
+            self.out.write(f"{log_file.name}:{line}: {'; '.join(reasons) or 'invalid'}\n")
+
+    def close(self) -> None:
+        if self.invalid > self.limit:
+            self.out.write(f"zaroz-exporter replay: {self.invalid - self.limit} more invalid "
+                           f"lines not explained (--explain-max {self.limit})\n")
 
 
 def quantile(sorted_ns: Sequence[int], q: float) -> float:
@@ -160,15 +211,17 @@ def run(
     openmetrics: bool,
     otlp_endpoint: str | None = None,
     report: str | None = None,
+    explain: bool = False,
+    explain_max: int = EXPLAIN_MAX,
 ) -> int:
     """`otlp_endpoint` (a base URL, like OTEL_EXPORTER_OTLP_ENDPOINT): export every unit's
     lifecycle as traces too, with the OTEL_* environment for the rest (headers, protocol).
-    `report`: also write the HTML incident report there, from the same pass."""
-    paths = [Path(f) for f in files]
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        for p in missing:
-            print(f"zaroz-exporter replay: no such file: {p}", file=sys.stderr)
+    `report`: also write the HTML incident report there, from the same pass.
+    `explain`: say on stderr where each invalid line is and why (at most `explain_max`)."""
+    try:
+        logs = expand(files, stdin_workload=workload or "stdin")
+    except LogNotFound as e:
+        print(f"zaroz-exporter replay: error: {e}", file=sys.stderr)
         return 2
     if report:
         try:
@@ -189,18 +242,21 @@ def run(
         observer_factory=factory,
         traces=_trace_sink(otlp_endpoint) if otlp_endpoint else None,
     )
+    explainer = Explainer(sys.stderr, explain_max) if explain else None
     try:
         if cursor is not None:
-            apply_files_recorded(pipeline, paths, workload, cursor)
+            apply_files_recorded(pipeline, logs, workload, cursor)
         else:
-            apply_files(pipeline, paths, workload)
+            apply_files(pipeline, logs, workload, explainer)
     finally:
         traces_rc = finish_traces(pipeline, sys.stderr)
+        if explainer is not None:
+            explainer.close()
     if report:
         from exporter.report.render import render as render_report
 
         try:
-            Path(report).write_text(render_report(pipeline, [p.name for p in paths]),
+            Path(report).write_text(render_report(pipeline, [lf.short_name for lf in logs]),
                                     encoding="utf-8")
         except OSError as e:
             print(f"zaroz-exporter replay: --report {report}: {e}", file=sys.stderr)

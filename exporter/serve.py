@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,12 +18,14 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from exporter import config
 from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.cluster import NamespaceHandler, build_cluster
+from exporter.config import ConfigError
 from exporter.expiry import ExpiryClock
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
-from exporter.sharding import Shard, ordinal_from_pod_name
+from exporter.sharding import Shard
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.backoff import Backoff
@@ -34,6 +37,7 @@ from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 
 log = logging.getLogger("exporter.serve")
+TRACES_SHUTDOWN_S = 1.0  # an unreachable collector never delays exit by more than ~1.5 s
 
 
 @dataclass
@@ -51,6 +55,8 @@ class Running:
     checkpointer: Checkpointer | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     restored: frozenset[str] = frozenset()  # workloads whose log came from the checkpoint
+    webhook_runner: web.AppRunner | None = None  # --webhook-listen
+    webhook_url: str | None = None
 
     def readiness(self) -> tuple[bool, str]:
         parts = [s.readiness() for s in (self.supervisor, self.kube) if s is not None]
@@ -98,13 +104,16 @@ class Running:
             await self.supervisor.stop()
         if self.kube is not None:
             await self.kube.stop()
+        if self.webhook_runner is not None:
+            await self.webhook_runner.cleanup()
         await self.runner.cleanup()
         await self.session.close()
         if self.checkpointer is not None:
             self.checkpoint()
             self.checkpointer.close()
         if self.traces is not None:  # flushing may block on the collector: not on the loop
-            await asyncio.get_running_loop().run_in_executor(None, self.traces.shutdown)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.traces.shutdown, TRACES_SHUTDOWN_S)
 
 
 def _trace_sink(args: argparse.Namespace) -> Any:
@@ -118,6 +127,16 @@ def _trace_sink(args: argparse.Namespace) -> Any:
     sink = otlp.TraceSink.from_env(args.otlp_endpoint or None, config)
     log.info("exporting traces", extra={"endpoint": args.otlp_endpoint or "from OTEL_* env"})
     return sink
+
+
+def _select_families(pipeline: Pipeline, families: Any) -> None:
+    """--metric-allowlist/-denylist/-opt-in-list, before anything is recorded."""
+    registry = pipeline.registry
+    registry.select(families.included)
+    for pattern in families.unmatched(registry.families):
+        log.warning("metric list pattern matches no family", extra={"pattern": pattern})
+    if registry.hidden:
+        log.info("metric families not exported", extra={"families": len(registry.hidden)})
 
 
 async def _expire_loop(running: Running, interval: float) -> None:
@@ -138,22 +157,16 @@ async def _checkpoint_loop(running: Running, interval: float) -> None:
 def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipeline: Pipeline,
                  owns: Callable[[str], bool] | None, backoff: Callable[[], Backoff]) -> Any:
     """The UnitSignal watch, when --kube allows it and a cluster is configured."""
-    if args.kube == "off":
+    access = args.kube_access  # loaded by config.validate
+    if access is None:
+        if args.kube != "off":
+            log.info("no Kubernetes configuration: UnitSignals are not watched",
+                     extra={"reason": getattr(args, "kube_skipped", "")})
         return None
     from exporter.sinks.metrics.kube import KubeMetrics, scope_label
     from exporter.sources.kube.api import KubeApi
-    from exporter.sources.kube.config import KubeConfigError, load_access
     from exporter.sources.kube.reflector import KubeSource
 
-    try:
-        access = load_access(api_url=args.kube_api_url, token_file=args.kube_token_file,
-                             kubeconfig=args.kubeconfig, context=args.kube_context)
-    except KubeConfigError as e:
-        if args.kube == "on":
-            raise SystemExit(f"zaroz-exporter: cannot reach Kubernetes: {e}") from e
-        log.info("no Kubernetes configuration: UnitSignals are not watched",
-                 extra={"reason": str(e)})
-        return None
     model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist)
     metrics = KubeMetrics(pipeline.registry)
     source = KubeSource(
@@ -168,39 +181,59 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipel
 
 
 def shard_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Shard:
-    """--shard, else the ordinal of a StatefulSet pod name, else 0."""
-    index = args.shard
-    if index is None and args.total_shards > 1:
-        index = ordinal_from_pod_name(environ.get("POD_NAME") or environ.get("HOSTNAME"))
-        if index is None:
-            raise SystemExit("zaroz-exporter: --total-shards > 1 needs --shard or a StatefulSet "
-                             "pod name (<name>-<ordinal>) in $POD_NAME or $HOSTNAME")
-    try:
-        return Shard(index or 0, args.total_shards)
-    except ValueError as e:
-        raise SystemExit(f"zaroz-exporter: {e}") from e
+    """--shard, else the ordinal of a StatefulSet pod name, else 0 (ConfigError otherwise)."""
+    return config.shard_of(args, environ)
 
 
 async def start(args: argparse.Namespace) -> Running:
-    if not 1 <= args.page_limit <= 1000:
-        raise SystemExit("--page-limit must be within 1..1000")
-    if not 0 <= args.wait <= 60:
-        raise SystemExit("--wait must be within 0..60")
-    shard = shard_from(args)
+    """Validate (again: idempotent, for callers that built `args` themselves), then start.
+    Whatever fails after the session exists closes what was opened and raises ConfigError."""
+    config.validate(args)
+    shard = args.shard_config
     traces = _trace_sink(args)
     pipeline = Pipeline(idle_seconds=args.unit_idle_timeout, traces=traces)
+    _select_families(pipeline, args.family_filter)
     pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
     pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
-    owns = shard.owns if shard.total > 1 else None
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    opened = _Opened(session, traces)
+    try:
+        running = await _start(args, shard, pipeline, session, traces, opened)
+    except BaseException:
+        await opened.close()
+        raise
+    return running
+
+
+@dataclass
+class _Opened:
+    """What start() has opened so far, closed again when a later step fails."""
+
+    session: aiohttp.ClientSession
+    traces: Any
+    checkpointer: Checkpointer | None = None
+    runner: web.AppRunner | None = None
+    webhook_runner: web.AppRunner | None = None
+
+    async def close(self) -> None:
+        for r in (self.webhook_runner, self.runner):
+            if r is not None:
+                await r.cleanup()
+        await self.session.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        if self.traces is not None:
+            self.traces.shutdown(TRACES_SHUTDOWN_S)
+
+
+async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
+                 session: aiohttp.ClientSession, traces: Any, opened: _Opened) -> Running:
+    owns = shard.owns if shard.total > 1 else None
     backoff = functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)
-    try:
-        checkpointer = (Checkpointer(args.state_dir, pipeline, webhook_metrics)
-                        if args.state_dir else None)
-    except CheckpointError as e:
-        await session.close()
-        raise SystemExit(f"zaroz-exporter: {e}") from e
+    checkpointer = (Checkpointer(args.state_dir, pipeline, webhook_metrics)
+                    if args.state_dir else None)
+    opened.checkpointer = checkpointer
     supervisor = client = None
     if args.events_url:
         token = TokenFile(args.events_token_file) if args.events_token_file else None
@@ -212,8 +245,9 @@ async def start(args: argparse.Namespace) -> Running:
         if checkpointer is not None and args.start_from == "checkpoint":
             restored = frozenset(pipeline.logs)
     except (CheckpointError, ValueError) as e:
-        await session.close()
-        raise SystemExit(f"zaroz-exporter: --start-from {args.start_from}: {e}") from e
+        flag, value = (("--state-dir", args.state_dir) if isinstance(e, CheckpointError)
+                       else ("--start-from", args.start_from))
+        raise ConfigError(flag, value, str(e)) from None
     if client is not None:
         supervisor = TailSupervisor(
             client, pipeline, RouteMetrics(pipeline.registry), args.workload or None,
@@ -221,25 +255,29 @@ async def start(args: argparse.Namespace) -> Running:
             start_cursor=start_cursor, limit=args.page_limit, wait=args.wait,
         )
     kube = _kube_source(args, session, pipeline, owns, backoff)
-    if supervisor is None and kube is None and not args.webhook_secret_file:
-        await session.close()
-        raise SystemExit("zaroz-exporter serve: nothing to export: give --events-url "
-                         "(ZAROZ_EXPORTER_EVENTS_URL), --webhook-secret-file, and/or a "
-                         "Kubernetes configuration")
     running_box: list[Running] = []
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
                            gzip_level=args.gzip_level, checkpointer=checkpointer,
-                           held=lambda: running_box[0].held())
+                           held=lambda: running_box[0].held(),
+                           standard_metrics=True)
     intake = None
+    webhook_app = None
     if args.webhook_secret_file:
         intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,
                         give_up_after=args.webhook_gap_give_up)
+        webhook_app = webhook_app_for(args, server)
         WebhookReceiver(intake, SecretFiles(args.webhook_secret_file, webhook_metrics),
                         webhook_metrics, tolerance_s=args.webhook_tolerance,
-                        max_body=args.webhook_max_body).install(server.app)
-    runner, url = await start_site(server.app, args.listen)
+                        max_body=args.webhook_max_body).install(webhook_app)
+    args.web_security.install(server.app)
+    runner, url = await _listen(server.app, "--listen", args.listen, args.web_security)
+    opened.runner = runner
     running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
                       intake=intake, checkpointer=checkpointer, restored=restored)
+    if webhook_app is not None and webhook_app is not server.app:
+        running.webhook_runner, running.webhook_url = await _listen(
+            webhook_app, "--webhook-listen", args.webhook_listen, args.webhook_security)
+        opened.webhook_runner = running.webhook_runner
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()
@@ -251,6 +289,26 @@ async def start(args: argparse.Namespace) -> Running:
         running.tasks.append(asyncio.create_task(
             _checkpoint_loop(running, args.checkpoint_interval), name="checkpoint"))
     return running
+
+
+def webhook_app_for(args: argparse.Namespace, server: MetricsServer) -> web.Application:
+    """The app the webhook goes on: the metrics listener's, or with --webhook-listen one of its
+    own that serves only the webhook and the health endpoints (for the Ingress' checks)."""
+    if not getattr(args, "webhook_listen", None):
+        return server.app
+    app = web.Application()
+    app.router.add_get("/healthz", server.healthz)
+    app.router.add_get("/readyz", server.readyz)
+    args.webhook_security.install(app)
+    return app
+
+
+async def _listen(app: web.Application, flag: str, listen: str, security: Any
+                  ) -> tuple[web.AppRunner, str]:
+    try:
+        return await start_site(app, listen, security.ssl)
+    except OSError as e:  # lost a race since config.validate bound it
+        raise ConfigError(flag, listen, f"cannot listen: {e.strerror or e}") from None
 
 
 async def run_until_stopped(running: Running, duration: float = 0.0) -> None:
@@ -274,7 +332,13 @@ def main(args: argparse.Namespace) -> int:
     async def go() -> None:
         running = await start(args)
         log.info("serving metrics", extra={"url": f"{running.url}/metrics"})
+        if running.webhook_url:
+            log.info("serving webhooks", extra={"url": f"{running.webhook_url}/v1/webhooks/events"})
         await run_until_stopped(running)
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    except ConfigError as e:
+        print(e.line("serve"), file=sys.stderr)
+        return 2
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Callable
@@ -43,8 +44,15 @@ class MetricsServer:
         links: dict[str, str] | None = None,
         checkpointer: Checkpointer | None = None,
         held: Callable[[], list[str]] | None = None,
+        standard_metrics: bool = False,
     ) -> None:
+        """`standard_metrics`: add the process_* and python_* families (see
+        `sinks.metrics.standard`); off for benchmarks that compare bare expositions."""
         self.registry = registry
+        if standard_metrics:
+            from exporter.sinks.metrics.standard import StandardMetrics
+
+            registry.extras.append(StandardMetrics())
         self.checkpointer = checkpointer
         self.held = held
         self.readiness = readiness or (lambda: (True, "no sources"))
@@ -89,7 +97,17 @@ class MetricsServer:
         self._bytes.set(size)
         self._duration.set(time.perf_counter() - start)
         self.overview.scraped()
+        self._by_source()
         return resp
+
+    def _by_source(self) -> None:
+        """zaroz_exporter_source_series/_render_seconds of the scrape just sent."""
+        series = self.registry["zaroz_exporter_source_series"]
+        render_s = self.registry["zaroz_exporter_source_render_seconds"]
+        for source, n in self.registry.series_by_source().items():
+            series.labels(source).set(n)
+        for source, s in self.registry.render_seconds.items():
+            render_s.labels(source).set(s)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -100,15 +118,18 @@ class MetricsServer:
         return web.Response(status=200 if ok else 503, text=text)
 
 
-async def start_site(app: web.Application, listen: str) -> tuple[web.AppRunner, str]:
-    """Binds `host:port` (port 0 picks one) and returns the runner and the URL it serves on."""
+async def start_site(app: web.Application, listen: str, ssl_context: ssl.SSLContext | None = None
+                     ) -> tuple[web.AppRunner, str]:
+    """Binds `host:port` (port 0 picks one) and returns the runner and the URL it serves on
+    (https with `ssl_context`)."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, int(port))
+    site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context)
     await site.start()
     sock = site._server.sockets[0]  # type: ignore[union-attr]
     bound = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    return runner, f"http://{shown}:{bound}"
+    scheme = "https" if ssl_context is not None else "http"
+    return runner, f"{scheme}://{shown}:{bound}"

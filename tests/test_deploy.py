@@ -8,6 +8,7 @@ builds the overlays with kustomize and validates the result.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -54,7 +55,9 @@ def test_manifest_env_vars_are_serve_flags() -> None:
 def test_listen_port_matches_the_cli_default() -> None:
     deployment = _yaml(BASE / "deployment.yaml")
     ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
-    assert ports == [{"name": "http", "containerPort": cli.DEFAULT_PORT, "protocol": "TCP"}]
+    assert ports[0] == {"name": "http", "containerPort": cli.DEFAULT_PORT, "protocol": "TCP"}
+    assert ports[1] == {"name": "webhook", "containerPort": cli.DEFAULT_PORT + 1,
+                        "protocol": "TCP"}
 
 
 def test_image_tag_is_the_project_version() -> None:
@@ -152,7 +155,7 @@ def test_dockerfile_entrypoint_cmd_port_and_runtime_only_install() -> None:
     words = dict(lines)
     assert words["ENTRYPOINT"] == '["zaroz-exporter"]'
     assert words["CMD"] == '["serve"]'
-    assert words["EXPOSE"] == str(cli.DEFAULT_PORT)
+    assert words["EXPOSE"] == f"{cli.DEFAULT_PORT} {cli.DEFAULT_PORT + 1}"  # metrics, webhook
     runs = " ".join(rest for word, rest in lines if word == "RUN")
     assert "pip install" in runs
     assert "[test]" not in runs and "[bench]" not in runs and " -e " not in runs
@@ -171,3 +174,30 @@ def test_dockerignore_sends_only_the_build_inputs() -> None:
     copied = {src.rstrip("/") for word, rest in _dockerfile()
               if word == "COPY" and not rest.startswith("--from") for src in rest.split()[:-1]}
     assert copied and copied <= kept, copied - kept
+
+
+def test_every_object_fits_a_client_side_apply() -> None:
+    """`kubectl apply` (client-side) keeps the whole object in an annotation, and annotations
+    are limited to 256 KiB in total: every manifest must fit, with room to spare, so the install
+    needs no --server-side (deploy/README.md says so)."""
+    limit = 256 * 1024
+    sizes = {}
+    for path in sorted((ROOT / "deploy").rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and "metadata" in doc and doc.get("kind") not in ("Kustomization", "Component"):
+                sizes[f"{path.name}:{doc['metadata']['name']}"] = len(json.dumps(doc))
+    largest = max(sizes, key=sizes.__getitem__)
+    assert sizes[largest] < limit // 2, (largest, sizes[largest])
+    assert "dashboard" in largest  # the claim in deploy/README.md names the largest
+
+
+def test_local_containerfile_keeps_the_dockerfiles_runtime() -> None:
+    """Containerfile.local (.ci/image, where no registry is reachable) stands in for the
+    Dockerfile: the same user, workdir, ports, entrypoint and command."""
+    def runtime(text: str) -> list[str]:
+        final = text.split("\nFROM ")[-1]  # the last stage
+        return [line for line in final.splitlines()
+                if line.startswith(("USER ", "WORKDIR ", "EXPOSE ", "ENTRYPOINT ", "CMD "))]
+    docker = runtime((ROOT / "Dockerfile").read_text())
+    local = runtime((ROOT / "Containerfile.local").read_text())
+    assert docker == local and len(docker) == 5

@@ -34,6 +34,8 @@ OVERLAYS = {
     "sharded": ROOT / "deploy" / "overlays" / "sharded",
     "dev": ROOT / "deploy" / "overlays" / "dev",
     "persistent-state": ROOT / "deploy" / "overlays" / "persistent-state",
+    "webhook-ingress": ROOT / "deploy" / "overlays" / "webhook-ingress",
+    "tls": ROOT / "deploy" / "overlays" / "tls",
 }
 STATEFUL = ("sharded", "persistent-state")
 K8S_VERSIONS = ("1.28.0", "1.37.0")  # oldest and newest that kubernetes-validate ships, in use
@@ -86,6 +88,8 @@ def test_overlay_builds_with_expected_kinds(overlay: str) -> None:
                 "StatefulSet" if overlay in STATEFUL else "Deployment"}
     if overlay == "dev":
         expected.add("CustomResourceDefinition")
+    if overlay == "webhook-ingress":
+        expected.add("Ingress")
     if not list(generate.ALERT_RULES.glob("*.yaml")):
         expected.discard("PrometheusRule")
     assert set(kinds) == expected
@@ -148,8 +152,9 @@ def test_pod_is_locked_down_and_probed(overlay: str) -> None:
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    scheme = {"scheme": "HTTPS"} if overlay == "tls" else {}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", **scheme}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", **scheme}
     assert ":" in c["image"] and not c["image"].endswith(":latest")
 
 
@@ -183,10 +188,19 @@ def test_services_and_servicemonitor_line_up(overlay: str) -> None:
     docs = build(overlay)
     workload = _workload(docs)
     pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # Two listeners, one Service each: /metrics never behind the webhook Service.
+    assert env["ZAROZ_EXPORTER_LISTEN"].endswith(f":{ports['http']}")
+    assert env["ZAROZ_EXPORTER_WEBHOOK_LISTEN"].endswith(f":{ports['webhook']}")
     service = _one(docs, "Service", "zaroz-exporter")
-    assert {p["name"] for p in service["spec"]["ports"]} == {"metrics", "webhook"}
-    assert all(p["targetPort"] == "http" for p in service["spec"]["ports"])
+    assert [(p["name"], p["targetPort"]) for p in service["spec"]["ports"]] == [("metrics", "http")]
     assert service["spec"]["selector"].items() <= pod_labels.items()
+    hook = _one(docs, "Service", "zaroz-exporter-webhook")
+    assert [(p["name"], p["targetPort"]) for p in hook["spec"]["ports"]] == [
+        ("webhook", "webhook")]
+    assert hook["spec"]["selector"].items() <= pod_labels.items()
     monitor = _one(docs, "ServiceMonitor")
     selected = [
         d for d in docs if d["kind"] == "Service"
@@ -225,11 +239,56 @@ def test_network_policy_allows_only_what_is_needed(overlay: str) -> None:
     pod_labels = _workload(docs)["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
     ingress_ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
-    assert ingress_ports == {9817}
+    assert ingress_ports == {9817, 9818}
+    # Only Prometheus reaches the metrics port; the platform and the ingress controller reach
+    # only the webhook port.
+    for rule in policy["spec"]["ingress"]:
+        ports = {p["port"] for p in rule["ports"]}
+        sources = {ns["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                   for ns in rule["from"]}
+        assert ports == ({9817} if sources == {"monitoring"} else {9818}), rule
     assert all(rule.get("from") for rule in policy["spec"]["ingress"]), "no open ingress"
     egress = {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"]
               for p in rule["ports"]}
     assert {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 4317), ("TCP", 4318)} <= egress
+
+
+def test_webhook_ingress_exposes_only_the_webhook() -> None:
+    docs = build("webhook-ingress")
+    ingress = _one(docs, "Ingress")
+    paths = [p for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]]
+    assert [(p["path"], p["pathType"]) for p in paths] == [("/v1/webhooks/events", "Exact")]
+    backend = paths[0]["backend"]["service"]
+    hook = _one(docs, "Service", backend["name"])
+    port = next(p for p in hook["spec"]["ports"] if p["name"] == backend["port"]["name"])
+    assert port["targetPort"] == "webhook"
+    assert ingress["spec"]["tls"], "webhooks cross the internet: TLS at the ingress"
+
+
+def test_tls_overlay_serves_metrics_over_https_with_a_valid_web_config(tmp_path: Path) -> None:
+    """The web config the pod reads parses as the exporter parses it (its files stood in for by
+    test certificates), probes and the ServiceMonitor use https, and the Secret is mounted where
+    the web config looks."""
+    from exporter.webconfig import parse
+    from tests.certs import CA
+
+    docs = build("tls")
+    (c,) = _workload(docs)["spec"]["template"]["spec"]["containers"]
+    pod = _workload(docs)["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    path = Path(env["ZAROZ_EXPORTER_WEB_CONFIG_FILE"])
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    cm_name = volumes[mounts[str(path.parent)]]["configMap"]["name"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name]
+    text = cm["data"][path.name]
+    tls_dir = next(p for p in ("/etc/zaroz/tls",) if p in text)
+    assert "secret" in volumes[mounts[tls_dir]]
+    CA.make("ca").issue("server", tmp_path / "tls.crt", tmp_path / "tls.key")
+    cfg = parse(text.replace(tls_dir, str(tmp_path)), tmp_path / path.name)
+    assert cfg.tls is not None and cfg.tls.cert_file == tmp_path / "tls.crt"
+    (endpoint,) = _one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["ca"]["secret"]["key"]
 
 
 def test_prometheusrules_and_dashboards_are_in_the_build() -> None:

@@ -16,7 +16,7 @@ from exporter.pipeline import Pipeline
 from exporter.replay import EXPIRE_EVERY
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
-from exporter.sources.files import workload_of
+from exporter.sources.files import LogFile, open_log, workload_of
 
 SLOWEST = 8  # units kept per workload and measurement (ready, drain)
 ANOMALIES_KEPT = 2000  # per workload; the counts stay exact beyond it
@@ -194,12 +194,12 @@ def _chain(first: Tap | None, second: Tap) -> Tap:
     return both
 
 
-def _batches(path: Path, cursor: Cursor) -> Iterator[list[Any]]:
+def _batches(path: LogFile, cursor: Cursor) -> Iterator[list[Any]]:
     """Decoded lines in batches (as sources.files.read_batches), the cursor told where each
     batch starts and, when it held blank lines, where each item sits in it."""
     loads, error = orjson.loads, orjson.JSONDecodeError
     base = 0
-    with open(path, "rb") as f:
+    with open_log(path) as f:
         while True:
             lines = f.readlines(8192)
             if not lines:
@@ -222,19 +222,20 @@ def _batches(path: Path, cursor: Cursor) -> Iterator[list[Any]]:
             yield batch
 
 
-def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path], workload: str | None,
-                         cursor: Cursor) -> None:
+def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
+                         workload: str | None, cursor: Cursor) -> None:
     """replay.apply_files, telling the cursor which event is being offered (blank lines
     count in line numbers)."""
-    for path in files:
-        name = workload or workload_of(path)
+    for f in files:
+        path = f if isinstance(f, LogFile) else LogFile(f, workload_of(f))
+        name = workload or path.workload
         log = pipeline.workload(name)
         obs: ReportMetrics = log.obs  # type: ignore[assignment]
         if obs.timelines.log is None:
             log.tap = _chain(log.tap, obs.timelines.tap_for(log))
         offer, reject = log.offer, log.reject_json
         pending = cursor.pending
-        cursor.file = path.name
+        cursor.file = path.short_name
         n = 0
         for batch in _batches(path, cursor):
             for obj in batch:

@@ -9,11 +9,13 @@ exemplars.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from exporter.catalog import Kind, Metric
 from exporter.sinks.metrics.family import Family, Registry
 
+PROCESS = "process"  # the source of the registry's extras (the process_* and python_* families)
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -59,14 +61,25 @@ def header(m: Metric, openmetrics: bool) -> bytes:
 
 def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
     """The exposition in pieces, one family at a time."""
-    for fam in registry.families.values():
-        yield header(fam.metric, openmetrics)
+    seconds = registry.render_seconds
+    seconds.clear()
+    clock = time.perf_counter
+    for fam in registry.visible():
+        t = clock()
         if isinstance(fam, Family):
             body = fam.body(openmetrics)
-            if body:
-                yield body
+            pieces = [body] if body else []
         else:  # per-object tables: no exemplars, the same lines in both formats; not joined
-            yield from fam.pieces()
+            pieces = fam.pieces()
+        group = fam.metric.group
+        seconds[group] = seconds.get(group, 0.0) + clock() - t
+        yield header(fam.metric, openmetrics)
+        yield from pieces
+    for extra in registry.extras:
+        t = clock()
+        body = extra.render(openmetrics)
+        seconds[PROCESS] = seconds.get(PROCESS, 0.0) + clock() - t
+        yield body
     if openmetrics:
         yield b"# EOF\n"
 

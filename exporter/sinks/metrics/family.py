@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from exporter import catalog
 from exporter.catalog import Kind, Metric
@@ -103,14 +104,40 @@ class Family:
         return self._om_body  # type: ignore[return-value]
 
 
+class Extra(Protocol):
+    """Families from outside the catalog (the standard process metrics), rendered after it."""
+
+    series: int  # samples in the last render
+
+    def render(self, openmetrics: bool) -> bytes: ...
+
+
 class Registry:
-    """All families of the catalog, in catalog order."""
+    """All families of the catalog, in catalog order, then the extras."""
 
     def __init__(self, metrics: Iterable[Metric] = catalog.METRICS) -> None:
         self.held = Held()
         self.families: dict[str, Family | TableFamily] = {
             m.name: TableFamily(m) if m.per_object else Family(m, self.held) for m in metrics
         }
+        self.extras: list[Extra] = []
+        self.hidden: frozenset[str] = frozenset()  # families not exported (families.py)
+        self.render_seconds: dict[str, float] = {}  # by group, of the last render (exposition)
+        self._visible: list[Family | TableFamily] | None = None
+
+    def select(self, included: Callable[[str], bool]) -> None:
+        """Export only the families `included` accepts (call before anything is recorded)."""
+        self.hidden = frozenset(n for n in self.families if not included(n))
+        self._visible = None
+
+    def exported(self, name: str) -> bool:
+        return name not in self.hidden
+
+    def visible(self) -> list[Family | TableFamily]:
+        """The exported families, in catalog order."""
+        if self._visible is None:
+            self._visible = [f for n, f in self.families.items() if n not in self.hidden]
+        return self._visible
 
     def hold(self, workloads: Iterable[str]) -> None:
         """Leave these workloads' event-log series out of the exposition until released.
@@ -134,8 +161,18 @@ class Registry:
             raise TypeError(f"{name} is not a per-object metric")
         return fam
 
+    def series_by_source(self) -> dict[str, int]:
+        """Series of the exported families by catalog group, and the extras' as `process`."""
+        out: dict[str, int] = {}
+        for f in self.visible():
+            g = f.metric.group
+            out[g] = out.get(g, 0) + (len(f) if isinstance(f, TableFamily) else len(f.series))
+        if self.extras:
+            out["process"] = sum(x.series for x in self.extras)
+        return out
+
     def series_count(self) -> int:
         return sum(
             len(f) if isinstance(f, TableFamily) else len(f.series)
-            for f in self.families.values()
-        )
+            for f in self.visible()
+        ) + sum(x.series for x in self.extras)

@@ -118,7 +118,9 @@ class UnitSignalMetrics:
             Column(f := t("zaroz_unitsignal_activity"), _activity(f.prefix)),
             Column(f := t("zaroz_unitsignal_draining"), _draining(f.prefix)),
         ]
-        self.rows = RowTable(columns)
+        # Families not exported get no column: never rendered. With none left, no rows at all.
+        columns = [c for c in columns if registry.exported(c.family.metric.name)]
+        self.rows: RowTable | None = RowTable(columns) if columns else None
         self._observe = registry["zaroz_unitsignal_generation_observe_seconds"]
         self._ready = registry["zaroz_unitsignal_ready_seconds"]
         self._ack = registry["zaroz_unitsignal_allocation_ack_seconds"]
@@ -133,6 +135,10 @@ class UnitSignalMetrics:
     # -- SignalObserver --------------------------------------------------------------------
 
     def state(self, key: Key, old: SignalState | None, new: SignalState | None) -> None:
+        if self.rows is None:  # no per-object family exported
+            if new is not None and new.workload not in self._workloads:
+                self._workload(new.workload)
+            return
         if new is None:
             self.rows.remove(key)
             return

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from opentelemetry.trace import Status, StatusCode
 from exporter import __version__
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
+from exporter.sinks.traces.exportlog import ExportLog
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +82,11 @@ class TraceStats:
 
 
 class CountingExporter(SpanExporter):
-    def __init__(self, inner: SpanExporter, stats: TraceStats) -> None:
+    def __init__(self, inner: SpanExporter, stats: TraceStats,
+                 export_log: ExportLog | None = None) -> None:
         self.inner = inner
         self.stats = stats
+        self.export_log = export_log
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         st = self.stats
@@ -94,6 +98,8 @@ class CountingExporter(SpanExporter):
             result = SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
             st.exported += len(spans)
+            if self.export_log is not None:
+                self.export_log.success()
         else:
             st.export_failures += 1
             st.failed_spans += len(spans)
@@ -251,15 +257,20 @@ class TraceSink:
         *,
         resource: Resource | None = None,
         idle_ns: int = 24 * 3600 * 10**9,
+        export_log: ExportLog | None = None,
     ) -> None:
         c = (config or TraceConfig()).resolved()
+        self.export_log = export_log
+        if export_log is not None:
+            export_log.install()
         self.config = c
         self.idle_ns = idle_ns
         self.stats = TraceStats()
         self.builders: dict[str, TraceBuilder] = {}
         self._ids = PresetIds()
+        self._counting = CountingExporter(exporter, self.stats, export_log)
         batch = BatchSpanProcessor(
-            CountingExporter(exporter, self.stats),
+            self._counting,
             max_queue_size=c.max_queue_size,
             schedule_delay_millis=c.schedule_delay_millis,
             max_export_batch_size=c.max_export_batch_size,
@@ -281,7 +292,9 @@ class TraceSink:
         protocol: str | None = None,
         idle_ns: int = 24 * 3600 * 10**9,
     ) -> TraceSink:
-        return cls(otlp_exporter(endpoint, protocol), config, idle_ns=idle_ns)
+        exporter = otlp_exporter(endpoint, protocol)
+        shown = str(getattr(exporter, "_endpoint", None) or endpoint or "OTEL_* environment")
+        return cls(exporter, config, idle_ns=idle_ns, export_log=ExportLog(shown))
 
     def builder(self, workload: str) -> TraceBuilder:
         b = self.builders.get(workload)
@@ -328,8 +341,30 @@ class TraceSink:
     def flush(self, timeout_millis: int = 30_000) -> bool:
         return self.processor.force_flush(timeout_millis)
 
-    def shutdown(self) -> None:
-        """Export what is queued and stop; open spans are not exported (see builder)."""
-        if not self._closed:
-            self._closed = True
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Export what is queued and stop; open spans are not exported (see builder).
+
+        With `timeout` (seconds), give up after it: the SDK's flush retries an unreachable
+        collector for up to its export timeout, and a shutdown must not wait for that. What was
+        not exported by then is counted as dropped. True when everything finished in time."""
+        if self._closed:
+            return True
+        self._closed = True
+        done = True
+        if timeout is None:
             self.provider.shutdown()
+        else:
+            worker = threading.Thread(target=self.provider.shutdown, name="otlp-shutdown",
+                                      daemon=True)
+            worker.start()
+            worker.join(timeout)
+            if worker.is_alive():  # interrupt the exporter's retry wait; the rest is dropped
+                done = False
+                self._counting.inner.shutdown()
+                st = self.stats
+                st.dropped = max(st.dropped, st.spans - st.exported)
+                log.warning("OTLP trace export gave up at shutdown",
+                            extra={"timeout_s": timeout, "spans_dropped": st.dropped})
+        if done and self.export_log is not None:
+            self.export_log.remove()  # else the worker may still log its last retry
+        return done
