@@ -540,7 +540,17 @@ METRICS: tuple[Metric, ...] = (
     ),
 )
 
-BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+def _by_name(metrics: tuple[Metric, ...]) -> dict[str, Metric]:
+    """Name -> metric; a name declared twice fails at import instead of one hiding the other."""
+    out: dict[str, Metric] = {}
+    for m in metrics:
+        if m.name in out:
+            raise ValueError(f"metric {m.name} is declared twice in the catalog")
+        out[m.name] = m
+    return out
+
+
+BY_NAME: dict[str, Metric] = _by_name(METRICS)
 
 
 def get(name: str) -> Metric:

@@ -50,3 +50,13 @@ def test_help_lists_every_env_var():
     assert res.returncode == 0
     for var in ("ZAROZ_EXPORTER_EVENTS_URL", "ZAROZ_EXPORTER_LISTEN", "ZAROZ_EXPORTER_WAIT"):
         assert var in res.stdout
+
+
+def test_a_metric_declared_twice_fails():
+    import pytest
+
+    from exporter import catalog
+
+    with pytest.raises(ValueError, match="declared twice"):
+        catalog._by_name((catalog.METRICS[0], catalog.METRICS[1], catalog.METRICS[0]))
+    assert len(catalog.BY_NAME) == len(catalog.METRICS)

@@ -219,3 +219,40 @@ def test_parse_signature():
     assert parse_signature("t=1,v1=abcd") is None  # not a SHA-256 digest
     assert parse_signature(f"t=-1,v1={'ab' * 32}") is None
     assert parse_signature("") is None
+
+
+# The platform's published test vector (platform.md 2b, computed outside the project): the
+# signature layout is checked against it, not against the product's own `sign`.
+VECTOR_SECRET = b"zaroz-test-secret-1"
+VECTOR_T = 1764460800
+VECTOR_BODY = b'{"seq":1,"type":"webhook.ping"}'
+VECTOR_HEADER = "t=1764460800,v1=65e8c423f027c7c1367755fb6e89744c276fb2eed4089ab9dfc720392b7aa946"
+
+
+def test_sign_reproduces_the_platforms_test_vector():
+    assert f"t={VECTOR_T},v1={sign(VECTOR_SECRET, VECTOR_T, VECTOR_BODY)}" == VECTOR_HEADER
+
+
+async def test_a_delivery_signed_as_the_platform_signs_is_accepted(tmp_path: Path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(VECTOR_SECRET + b"\n")
+    pipeline = Pipeline()
+    metrics = WebhookMetrics(pipeline.registry)
+    app = web.Application()
+    WebhookReceiver(Intake(pipeline, metrics), SecretFiles([secret_file], metrics), metrics,
+                    clock=lambda: VECTOR_T).install(app)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        headers = {"Content-Type": "application/json", "Zaroz-Workload": "wl-1",
+                   "Zaroz-Signature": VECTOR_HEADER}
+        r = await client.post(PATH, data=VECTOR_BODY, headers=headers)
+        # The signature is accepted; the vector's body is no full envelope, so it is counted
+        # invalid (signed, failing the schema), not refused.
+        assert (r.status, await r.json()) == (200, {"result": "invalid"})
+        tampered = VECTOR_HEADER[:-1] + ("7" if VECTOR_HEADER[-1] != "7" else "8")
+        r = await client.post(PATH, data=VECTOR_BODY, headers={**headers,
+                                                                "Zaroz-Signature": tampered})
+        assert r.status == 401
+    finally:
+        await client.close()
