@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from typing import NoReturn
 
 import pytest
@@ -21,3 +22,14 @@ def require(binary: str) -> str:
     if path is None:
         missing(f"{binary} is not installed (.ci/run installs it)")
     return path
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a component a test started must not outlive it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

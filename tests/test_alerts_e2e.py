@@ -51,7 +51,7 @@ from exporter.sim.cluster import ClusterMirror
 from exporter.sim.config import LogNormal, SimConfig
 from exporter.sim.kube import KubeEmulator
 from exporter.sim.route import LiveFeed, RouteServer
-from tests.components import missing, require
+from tests.components import missing, require, stop_process
 from tests.test_runbooks import anchors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,16 +257,6 @@ async def _wait(what: str, cond: Callable[[], Any], timeout: float,
         await asyncio.sleep(0.5)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextlib.asynccontextmanager
 async def _platform(listen: str) -> AsyncIterator[tuple[ClusterMirror, str]]:
     """The simulated events route and Kubernetes API with the incident, and the exporter
@@ -339,7 +329,7 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
                 await _run_incident(s, inbox, smtp, mirror, prom, am, tmp)
         finally:
             for p in procs:
-                _stop(p)
+                stop_process(p)
             await runner.cleanup()
             smtp_server.close()
 

@@ -26,7 +26,7 @@ import pytest
 from alerts import alerting, promql, recording, render
 from alerts.config import DEFAULT_CONFIG
 from exporter import catalog
-from tests.components import require
+from tests.components import require, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = ROOT / "dashboards" / "json"
@@ -108,16 +108,6 @@ def _wait(what: str, cond: Any, timeout: float) -> None:
     pytest.fail(f"timed out waiting for {what} (last error: {last})")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def prom() -> Iterator[Prom]:
     prometheus = require("prometheus")
@@ -169,8 +159,8 @@ def prom() -> Iterator[Prom]:
                 time.sleep(1)
             yield p
         finally:
-            _stop(server)
-            _stop(demo)
+            stop_process(server)
+            stop_process(demo)
 
 
 def _rules(p: Prom) -> list[dict[str, Any]]:
