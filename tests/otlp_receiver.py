@@ -1,17 +1,25 @@
-"""A real OTLP/HTTP trace receiver for tests and the bench: `POST /v1/traces`, protobuf bodies
-(`ExportTraceServiceRequest` from opentelemetry-proto), gzip or deflate aware.
+"""Real OTLP trace receivers for tests and the bench, from opentelemetry-proto's messages:
 
-It runs an aiohttp server on 127.0.0.1 in its own thread and event loop, because the SDK's
-exporter posts from its batch thread with blocking HTTP: the tests stay plain functions.
+- `OtlpReceiver`: OTLP/HTTP, `POST /v1/traces`, protobuf bodies, gzip or deflate aware; an
+  aiohttp server in its own thread and event loop (the SDK's exporter posts from its batch
+  thread with blocking HTTP, so the tests stay plain functions);
+- `GrpcOtlpReceiver`: OTLP/gRPC, the collector's `TraceService/Export` served by grpcio.
+
+Both can require TLS (a certificate and key) and request headers (`require_headers`: a request
+without them is refused, UNAUTHENTICATED / 401), to check what the OTEL_EXPORTER_OTLP_* variables
+make the client send; both decode into the same `Span` values, so their span sets compare.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import ssl
 import threading
 import zlib
+from concurrent import futures
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -58,6 +66,10 @@ class Span:
 def decode(body: bytes) -> list[Span]:
     req = ExportTraceServiceRequest()
     req.ParseFromString(body)
+    return decode_request(req)
+
+
+def decode_request(req: ExportTraceServiceRequest) -> list[Span]:
     out = []
     for rs in req.resource_spans:
         res = _attrs(rs.resource.attributes)
@@ -74,17 +86,48 @@ def decode(body: bytes) -> list[Span]:
     return out
 
 
-class OtlpReceiver:
-    """`with OtlpReceiver() as rx:` ... `rx.endpoint` (base URL) ... `rx.spans`."""
+class _Kept:
+    """What both receivers keep: the spans (or only their count) and the requests refused."""
 
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, keep: bool, require_headers: dict[str, str] | None,
+                 tls: tuple[str, str] | None) -> None:
         self.keep = keep  # False: count spans without keeping them (the bench)
+        self.require_headers = {k.lower(): v for k, v in (require_headers or {}).items()}
+        self.tls = tls  # (certificate file, key file), PEM
         self.count = 0
         self.spans: list[Span] = []
         self.requests = 0
+        self.unauthorized = 0  # requests refused for a missing or wrong required header
+        self._lock = threading.Lock()
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        ok = all(headers.get(k) == v for k, v in self.require_headers.items())
+        if not ok:
+            with self._lock:
+                self.unauthorized += 1
+        return ok
+
+    def _keep(self, spans: list[Span]) -> None:
+        with self._lock:
+            self.count += len(spans)
+            if self.keep:
+                self.spans.extend(spans)
+
+    def by_trace(self) -> dict[str, list[Span]]:
+        out: dict[str, list[Span]] = {}
+        for s in list(self.spans):
+            out.setdefault(s.trace_id, []).append(s)
+        return out
+
+
+class OtlpReceiver(_Kept):
+    """`with OtlpReceiver() as rx:` ... `rx.endpoint` (base URL) ... `rx.spans`."""
+
+    def __init__(self, keep: bool = True, *, require_headers: dict[str, str] | None = None,
+                 tls: tuple[str, str] | None = None) -> None:
+        super().__init__(keep, require_headers, tls)
         self.gzipped = 0
         self.fail_status: int | None = None  # answer every request with this status when set
-        self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
@@ -92,6 +135,8 @@ class OtlpReceiver:
 
     @property
     def endpoint(self) -> str:
+        if self.tls:
+            return f"https://localhost:{self.port}"
         return f"http://127.0.0.1:{self.port}"
 
     async def _handle(self, request: web.Request) -> web.Response:
@@ -104,6 +149,8 @@ class OtlpReceiver:
             body = zlib.decompress(body)
         with self._lock:
             self.requests += 1
+        if not self._authorized({k.lower(): v for k, v in request.headers.items()}):
+            return web.Response(status=401, text="required header missing")
         if self.fail_status is not None:
             return web.Response(status=self.fail_status, text="refused by test")
         if request.content_type != PROTOBUF:
@@ -112,10 +159,7 @@ class OtlpReceiver:
             spans = decode(body)
         except Exception as e:  # a malformed body is the client's bug: say so
             return web.Response(status=400, text=f"undecodable: {e}")
-        with self._lock:
-            self.count += len(spans)
-            if self.keep:
-                self.spans.extend(spans)
+        self._keep(spans)
         return web.Response(
             body=ExportTraceServiceResponse().SerializeToString(), content_type=PROTOBUF
         )
@@ -131,7 +175,11 @@ class OtlpReceiver:
         # Bodies are decompressed here, not by aiohttp, so the test sees what the client sent.
         self._runner = web.AppRunner(app, access_log=None, auto_decompress=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        ctx = None
+        if self.tls:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*self.tls)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -152,11 +200,59 @@ class OtlpReceiver:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def by_trace(self) -> dict[str, list[Span]]:
-        out: dict[str, list[Span]] = {}
-        for s in list(self.spans):
-            out.setdefault(s.trace_id, []).append(s)
-        return out
+
+class GrpcOtlpReceiver(_Kept):
+    """`with GrpcOtlpReceiver() as rx:` ... `rx.endpoint` (http:// or, with TLS, https://
+    localhost:port, as OTEL_EXPORTER_OTLP_ENDPOINT takes it) ... `rx.spans`."""
+
+    def __init__(self, keep: bool = True, *, require_headers: dict[str, str] | None = None,
+                 tls: tuple[str, str] | None = None) -> None:
+        super().__init__(keep, require_headers, tls)
+        self.port = 0
+        self._server: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"{'https' if self.tls else 'http'}://localhost:{self.port}"
+
+    def start(self) -> GrpcOtlpReceiver:
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as svc
+
+        rx = self
+
+        class Service(svc.TraceServiceServicer):
+            def Export(self, request: ExportTraceServiceRequest, context: Any) -> Any:
+                md = {k.lower(): v for k, v in context.invocation_metadata()}
+                with rx._lock:
+                    rx.requests += 1
+                if not rx._authorized(md):
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "required header missing")
+                rx._keep(decode_request(request))
+                return ExportTraceServiceResponse()
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        svc.add_TraceServiceServicer_to_server(Service(), server)
+        if self.tls:
+            cert, key = (Path(p).read_bytes() for p in self.tls)
+            creds = grpc.ssl_server_credentials([(key, cert)])
+            self.port = server.add_secure_port("127.0.0.1:0", creds)
+        else:
+            self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=2).wait(10)
+
+    def __enter__(self) -> GrpcOtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def main() -> None:
@@ -173,4 +269,4 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-__all__ = ["OtlpReceiver", "Span", "decode"]
+__all__ = ["GrpcOtlpReceiver", "OtlpReceiver", "Span", "decode", "decode_request"]

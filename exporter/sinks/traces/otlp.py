@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace as trace_api
@@ -201,8 +202,30 @@ def otlp_exporter(
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter(
-        endpoint=traces_url(endpoint) if endpoint else None, timeout=timeout
+        endpoint=traces_url(endpoint) if endpoint else None, timeout=timeout,
+        session=_http_session(),
     )
+
+
+def _http_session() -> Any:
+    """A requests Session that keeps the CA file the exporter sets (OTEL_EXPORTER_OTLP_[TRACES_]
+    CERTIFICATE): plain requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE, set in many base
+    images, override a session's `verify`, so the collector's private CA was silently ignored
+    (found by the TLS test). Proxies and the rest of the environment still apply. None when an
+    OTEL_PYTHON credential provider is configured: the SDK then builds its session."""
+    if any(k.startswith("OTEL_PYTHON_EXPORTER_OTLP_") and k.endswith("CREDENTIAL_PROVIDER")
+           for k in os.environ):
+        return None
+    import requests
+
+    class Session(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any,
+                                       cert: Any) -> Any:
+            if verify is None:
+                verify = self.verify
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+
+    return Session()
 
 
 def _env_int(name: str, default: int) -> int:

@@ -1,0 +1,96 @@
+"""OTLP over gRPC to a real gRPC receiver, and TLS and headers from the OTEL_EXPORTER_OTLP_*
+environment over both protocols: what an operator's collector would see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from exporter.pipeline import Pipeline
+from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
+from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Span
+from tests.simlogs import finite_logs
+from tests.test_traces import lifecycle
+from tests.tlscert import self_signed
+
+LOGS, _ = finite_logs(seed=5, workloads=2, seconds=120, rate=0.5)
+HEADERS = {"authorization": "Bearer t0ken", "x-tenant": "zaroz"}
+ENV_HEADERS = "authorization=Bearer%20t0ken,x-tenant=zaroz"  # W3C baggage-style, as the spec says
+
+
+def send(sink: TraceSink, logs: dict[str, list[dict[str, Any]]]) -> TraceSink:
+    p = Pipeline(traces=sink)
+    for wl, evs in logs.items():
+        lg = p.workload(wl)
+        for ev in evs:
+            lg.offer(ev)
+        lg.flush()
+    sink.close_all({wl: lg.last_at for wl, lg in p.logs.items()})
+    sink.shutdown()
+    return sink
+
+
+def span_set(spans: list[Span]) -> list[tuple[Any, ...]]:
+    """Everything a span carries except the per-process resource (service.instance.id)."""
+    return sorted(
+        (s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns,
+         sorted(s.attributes.items()), [(n, t, sorted(a.items())) for n, t, a in s.events],
+         s.status_code, s.status_message, s.scope)
+        for s in spans
+    )
+
+
+def test_grpc_and_http_receivers_get_identical_span_sets():
+    logs = {**LOGS, "wl-a": lifecycle().events}
+    with OtlpReceiver() as http_rx, GrpcOtlpReceiver() as grpc_rx:
+        via_http = send(TraceSink(otlp_exporter(http_rx.endpoint, "http/protobuf"),
+                                  TraceConfig(backpressure=True)), logs)
+        via_grpc = send(TraceSink(otlp_exporter(grpc_rx.endpoint, "grpc"),
+                                  TraceConfig(backpressure=True)), logs)
+    assert via_grpc.stats.dropped == 0 and via_grpc.stats.export_failures == 0
+    assert via_grpc.stats.exported == via_http.stats.exported == len(grpc_rx.spans) > 100
+    assert grpc_rx.requests >= 1 and http_rx.requests >= 1
+    assert span_set(grpc_rx.spans) == span_set(http_rx.spans)
+    assert {s.resource["service.name"] for s in grpc_rx.spans} == {"zaroz-exporter"}
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    crt, key = self_signed(tmp_path_factory.mktemp("tls"))
+    return str(crt), str(key)
+
+
+RECEIVERS = {"http/protobuf": OtlpReceiver, "grpc": GrpcOtlpReceiver}
+
+
+@pytest.mark.parametrize("protocol", list(RECEIVERS))
+def test_tls_and_headers_come_from_the_otel_environment(protocol, cert, monkeypatch):
+    with RECEIVERS[protocol](require_headers=HEADERS, tls=cert) as rx:
+        assert rx.endpoint.startswith("https://")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[0])
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", ENV_HEADERS)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+        sink = send(TraceSink.from_env(config=TraceConfig(backpressure=True)),
+                    {"wl-a": lifecycle().events})
+    assert sink.stats.export_failures == 0 and rx.unauthorized == 0
+    assert len(rx.spans) == sink.stats.exported == 11
+
+
+@pytest.mark.parametrize("protocol", list(RECEIVERS))
+def test_a_missing_header_or_untrusted_certificate_fails_the_export(protocol, cert,
+                                                                    monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
+    with RECEIVERS[protocol](require_headers=HEADERS, tls=cert) as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[0])
+        no_header = send(TraceSink.from_env(), {"wl-a": lifecycle().events})
+        assert no_header.stats.export_failures >= 1 and rx.unauthorized >= 1
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", ENV_HEADERS)
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_CERTIFICATE")
+        untrusted = send(TraceSink.from_env(), {"wl-a": lifecycle().events})
+        assert untrusted.stats.export_failures >= 1
+    assert rx.spans == []
