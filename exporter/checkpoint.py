@@ -20,6 +20,9 @@ directory). The model's state (pending events, units in flight, event clock) is 
 an interval that spans a restart (created before, ready after) is still measured.
 
 A lock (flock) on the state directory keeps a second exporter from sharing it.
+
+With traces on, the trace sink's state (open spans, spans not yet exported) is stored under its
+own key, and spans are exported only once a checkpoint covers them (sinks/traces/outbox.py).
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ class Checkpointer:
         self.clock = clock
         self._last: bytes | None = None
         self._lock_fd: int | None = None
+        if pipeline.traces is not None:
+            try:
+                self._lock()  # the trace sink keeps a file beside the checkpoint
+                pipeline.traces.checkpointed(self.dir)
+            except OSError as e:
+                raise CheckpointError(f"cannot keep trace state in {self.dir}: {e}") from e
 
     # -- state --------------------------------------------------------------------------------
 
@@ -81,8 +90,11 @@ class Checkpointer:
             if labels is not None:
                 entry["labels"] = labels()
             workloads[w] = entry
-        return {"v": VERSION, "workloads": workloads,
-                "metrics": metric_state(self.pipeline.registry)}
+        out: dict[str, Any] = {"v": VERSION, "workloads": workloads,
+                               "metrics": metric_state(self.pipeline.registry)}
+        if self.pipeline.traces is not None:
+            out["traces"] = self.pipeline.traces.state()
+        return out
 
     def save(self) -> bool:
         """Write the checkpoint if the state changed; True when written. Synchronous on purpose
@@ -93,6 +105,7 @@ class Checkpointer:
             data = orjson.dumps(self.state())
             if data == self._last:
                 self.metrics.saved("unchanged")
+                self._saved()
                 return False
             tmp = self.dir / (FILE + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -112,7 +125,12 @@ class Checkpointer:
             raise CheckpointError(f"cannot write checkpoint in {self.dir}: {e}") from e
         self._last = data
         self.metrics.saved("written", self.clock(), time.perf_counter() - start, len(data))
+        self._saved()
         return True
+
+    def _saved(self) -> None:
+        if self.pipeline.traces is not None:  # held spans are covered now: they may leave
+            self.pipeline.traces.saved()
 
     def load(self) -> int:
         """Restore every workload of the checkpoint into the pipeline (before the tailers and the
@@ -141,6 +159,8 @@ class Checkpointer:
                 if "desired" in entry:  # version 1
                     registry["zaroz_workload_desired_units"].labels(w).set(entry["desired"])
             restore_metrics(registry, state.get("metrics", {}))
+            if self.pipeline.traces is not None and state.get("traces") is not None:
+                self.pipeline.traces.restore(state["traces"])
         except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(
                 f"checkpoint {self.path} is unreadable ({e}); move it away and choose "

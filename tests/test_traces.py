@@ -392,3 +392,27 @@ def test_grpc_protocol_is_selected_by_the_environment(monkeypatch):
     exp.shutdown()
     with pytest.raises(ValueError):
         otlp_exporter(protocol="thrift")
+
+
+def test_builder_state_through_json_continues_exactly_at_every_cut():
+    """A builder restored from `state()` (through JSON, as the checkpoint stores it) and fed the
+    rest of the log emits exactly what an uninterrupted one emits after the cut, at any cut."""
+    events = lifecycle().events
+
+    def feed(b: TraceBuilder, evs: list[dict[str, Any]]) -> None:
+        for ev in evs:
+            b(ev["unit"]["id"], ev["type"], ev["occurred_at"], ev["data"], ev["unit"]["id"])
+
+    whole: list[SpanRecord] = []
+    feed(TraceBuilder(WL, whole.append), events)
+    for cut in range(len(events) + 1):
+        first: list[SpanRecord] = []
+        b = TraceBuilder(WL, first.append)
+        feed(b, events[:cut])
+        again: list[SpanRecord] = []
+        b2 = TraceBuilder(WL, again.append)
+        b2.restore(orjson.loads(orjson.dumps(b.state())))
+        feed(b2, events[cut:])
+        assert first + again == whole, cut
+    with pytest.raises(ValueError):
+        TraceBuilder(WL, whole.append).restore({"v": 99, "units": {}, "expired": 0})

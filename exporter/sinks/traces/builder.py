@@ -22,10 +22,13 @@ Span tree of a unit (trace id derived from the unit id, see `ids`):
 Child spans are exported as they end, long before their root: they name the root's span id,
 which is derived, so the root need not exist yet. The root is exported once, at unit.destroyed,
 or at idle expiry (ended at the unit's last event, `zaroz.unit.expired=true`), or by
-`close_all` at the end of a replay (`zaroz.span.incomplete=true`). An exporter that stops
-exports no open span: its successor continues the same trace, and exports the root at
-unit.destroyed, started at the first event it saw (`zaroz.unit.created_seen=false`). Spans that
-straddle such a restart are lost (their start was never seen by the successor).
+`close_all` at the end of a replay (`zaroz.span.incomplete=true`).
+
+Restarts: `state()` / `restore()` carry every open span and each root's start through the
+checkpoint, so a restored builder fed the events after the checkpoint's cursor ends exactly the
+spans an uninterrupted one would. Without a checkpoint, a successor still continues the same
+trace but starts the root at the first event it saw (`zaroz.unit.created_seen=false`), and the
+spans open across the restart are lost.
 """
 
 from __future__ import annotations
@@ -96,6 +99,35 @@ class _UnitTrace:
 
 
 _CHILDREN = ("starting", "alloc", "busy", "drain", "incarnation")
+STATE_VERSION = 1
+
+
+def _unit_state(u: _UnitTrace) -> list[Any]:
+    open_ = {}
+    for slot in _CHILDREN:
+        s = getattr(u, slot)
+        if s is not None:
+            open_[slot] = [f"{s.span_id:016x}", s.start, s.attrs]
+    return [u.start, u.last, u.created_seen, u.ready, u.key, [list(e) for e in u.events],
+            u.dropped_events, u.error, {k: list(v) for k, v in u.disc.items()}, open_]
+
+
+def _unit_restore(workload: str, uid: str, st: list[Any]) -> _UnitTrace:
+    (start, last, created_seen, ready, key, events, dropped, error, disc, open_) = st
+    u = _UnitTrace(uid, trace_id_of(workload, uid), span_id_of(workload, uid, "unit"), start)
+    u.last = last
+    u.created_seen = bool(created_seen)
+    u.ready = bool(ready)
+    u.key = key
+    u.events = [(n, at, dict(a)) for n, at, a in events]
+    u.dropped_events = int(dropped)
+    u.error = error
+    u.disc = {k: (at, int(n)) for k, (at, n) in disc.items()}
+    for slot, (sid, at, attrs) in open_.items():
+        if slot not in _CHILDREN:
+            raise ValueError(f"unknown open span {slot!r}")
+        setattr(u, slot, _Open(int(sid, 16), at, dict(attrs)))
+    return u
 
 
 class TraceBuilder:
@@ -163,6 +195,20 @@ class TraceBuilder:
             u = self.units.pop(uid)
             self._close(u, u.last, {"zaroz.unit.expired": True})
         self.expired += len(stale)
+
+    def state(self) -> dict[str, Any]:
+        """Every unit's open spans, root start and root events, as plain JSON-able data (ids
+        as hex: JSON numbers stop at 2**53 in many readers)."""
+        return {"v": STATE_VERSION, "expired": self.expired,
+                "units": {uid: _unit_state(u) for uid, u in self.units.items()}}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Replace the state with a `state()`; no span is emitted."""
+        if data.get("v") != STATE_VERSION:
+            raise ValueError(f"unsupported trace builder state version {data.get('v')!r}")
+        w = self.workload
+        self.units = {uid: _unit_restore(w, uid, st) for uid, st in data["units"].items()}
+        self.expired = int(data["expired"])
 
     def close_all(self, at: str | None = None) -> None:
         """End every open span (end of a replay): at `at`, or each unit's last event."""

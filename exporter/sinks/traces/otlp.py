@@ -17,8 +17,9 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +36,7 @@ from exporter import __version__
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
 from exporter.sinks.traces.exportlog import ExportLog
+from exporter.sinks.traces.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class CountingExporter(SpanExporter):
         self.inner = inner
         self.stats = stats
         self.export_log = export_log
+        self.on_handled: Callable[[Iterable[int]], None] | None = None  # the Outbox's
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         st = self.stats
@@ -104,6 +107,8 @@ class CountingExporter(SpanExporter):
         else:
             st.export_failures += 1
             st.failed_spans += len(spans)
+        if self.on_handled is not None:
+            self.on_handled(s.context.span_id for s in spans if s.context is not None)
         return result
 
     def shutdown(self) -> None:
@@ -292,6 +297,7 @@ class TraceSink:
         self.builders: dict[str, TraceBuilder] = {}
         self._ids = PresetIds()
         self._counting = CountingExporter(exporter, self.stats, export_log)
+        self.outbox: Outbox | None = None  # with a checkpoint: spans wait for it (see outbox)
         batch = BatchSpanProcessor(
             self._counting,
             max_queue_size=c.max_queue_size,
@@ -328,7 +334,40 @@ class TraceSink:
     def units_tracked(self) -> int:
         return sum(len(b.units) for b in self.builders.values())
 
+    # -- checkpoint hooks (exporter.checkpoint): see outbox.py for why and how -----------------
+
+    def checkpointed(self, state_dir: str | Path) -> None:
+        """Spans are from now on held until a checkpoint in `state_dir` covers them."""
+        if self.outbox is None:
+            self.outbox = Outbox(state_dir, self.send)
+            self._counting.on_handled = self.outbox.handled
+
+    def state(self) -> dict[str, Any]:
+        """Plain JSON-able data: every builder's open spans and the spans not yet handled."""
+        return {"builders": {w: b.state() for w, b in self.builders.items()},
+                "outbox": self.outbox.state() if self.outbox is not None else None}
+
+    def saved(self) -> None:
+        """The checkpoint with `state()` is on disk."""
+        if self.outbox is not None:
+            self.outbox.saved()
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        for w, st in data["builders"].items():
+            self.builder(w).restore(st)
+        if self.outbox is not None and data.get("outbox") is not None:
+            self.outbox.restore(data["outbox"])
+
+    # -- spans -----------------------------------------------------------------------------------
+
     def emit(self, r: SpanRecord) -> None:
+        """A finished span: held for the next checkpoint when there is one, else sent."""
+        if self.outbox is not None:
+            self.outbox.hold(r)
+        else:
+            self.send(r)
+
+    def send(self, r: SpanRecord) -> None:
         """One finished span record -> one SDK span, ended at once (so the processor queues it)."""
         ids = self._ids
         ids.trace_id = r.trace_id
@@ -390,4 +429,6 @@ class TraceSink:
                             extra={"timeout_s": timeout, "spans_dropped": st.dropped})
         if done and self.export_log is not None:
             self.export_log.remove()  # else the worker may still log its last retry
+        if done and self.outbox is not None:  # else the export thread may still write the mark
+            self.outbox.close()
         return done
