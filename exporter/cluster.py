@@ -16,11 +16,16 @@ from exporter.sources.kube.handler import Key, object_key
 
 def build_cluster(
     registry: Registry, labels_allowlist: Iterable[str] = (),
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.time, traces: Any = None,
 ) -> tuple[UnitSignalModel, UnitSignalMetrics]:
+    """`traces` (a TraceSink): the units' traces also carry their UnitSignals (join.py)."""
     sink = UnitSignalMetrics(registry, clock)
     model = UnitSignalModel(sink, labels_allowlist)
     sink.attach(model.phases)
+    if traces is not None:
+        from exporter.sinks.traces.join import ClusterJoin
+
+        model.tap = ClusterJoin(traces)
     return model, sink
 
 

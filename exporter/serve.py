@@ -167,7 +167,8 @@ def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipel
     from exporter.sources.kube.api import KubeApi
     from exporter.sources.kube.reflector import KubeSource
 
-    model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist)
+    model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist,
+                             traces=pipeline.traces)
     metrics = KubeMetrics(pipeline.registry)
     source = KubeSource(
         KubeApi(session, access, typed=True),

@@ -73,6 +73,16 @@ class SignalState(NamedTuple):
     phase_since: float
 
 
+class SignalTap(Protocol):
+    """Optional listener for the traces' join (sinks/traces/join.py): which unit each object
+    is, and its generations as they are written and observed (times: seconds, as `now`)."""
+
+    def known(self, key: Key, state: SignalState) -> None: ...
+    def forgotten(self, key: Key, state: SignalState) -> None: ...
+    def generation(self, workload: str, unit_id: str, what: str, generation: int,
+                   at: float) -> None: ...
+
+
 class SignalObserver(Protocol):
     def state(self, key: Key, old: SignalState | None, new: SignalState | None) -> None: ...
     def generation_observed(self, workload: str, seconds: float) -> None: ...
@@ -162,6 +172,7 @@ class UnitSignalModel:
         self.objects: dict[Key, _Tracked] = {}
         # workload -> phase -> key -> since: the per-workload phase counts and oldest ages.
         self.phases: dict[str, dict[str, dict[Key, float]]] = {}
+        self.tap: SignalTap | None = None  # None unless traces join the cluster
 
     # -- the source's three calls ------------------------------------------------------------
 
@@ -322,6 +333,10 @@ class UnitSignalModel:
                 self._index(key, old, state)
             t.state = state
             self.obs.state(key, old, state)
+            tap = self.tap
+            if tap is not None and (old is None or old[:2] != state[:2]
+                                    or old.labels != state.labels):
+                tap.known(key, state)
         return key
 
     # -- pieces of an upsert -----------------------------------------------------------------
@@ -420,9 +435,14 @@ class UnitSignalModel:
             if pending is None:
                 pending = t.pending = {}
             pending[generation] = appeared
+            if self.tap is not None and t.unit_id:
+                self.tap.generation(workload, t.unit_id, "written", generation, appeared)
         if observed is not None:
             if pending:
-                for g in [g for g in pending if g <= observed]:
+                done = [g for g in pending if g <= observed]
+                if done and self.tap is not None and t.unit_id:
+                    self.tap.generation(workload, t.unit_id, "observed", observed, now)
+                for g in done:
                     waited = now - pending.pop(g)
                     if waited < 0:
                         self.obs.skew(workload, "generation_observe")
@@ -495,6 +515,8 @@ class UnitSignalModel:
         if t.state is not None:
             self._index(key, t.state, None)
             self.obs.state(key, t.state, None)
+            if self.tap is not None:
+                self.tap.forgotten(key, t.state)
 
     def workloads(self) -> Iterable[str]:
         return self.phases.keys()

@@ -74,8 +74,9 @@ class _Open:
 
 class _UnitTrace:
     __slots__ = (
-        "alloc", "busy", "created_seen", "disc", "drain", "dropped_events", "error", "events",
-        "incarnation", "key", "last", "ready", "root_id", "start", "starting", "trace_id", "uid",
+        "alloc", "busy", "cluster", "created_seen", "disc", "drain", "dropped_events", "error",
+        "events", "incarnation", "key", "last", "ready", "root_id", "start", "starting",
+        "trace_id", "uid",
     )
 
     def __init__(self, uid: str, trace_id: int, root_id: int, at: str) -> None:
@@ -87,8 +88,10 @@ class _UnitTrace:
         self.created_seen = False
         self.ready = False
         self.key: str | None = None
-        self.events: list[tuple[str, str, Attrs]] = []
+        # Root span events: (name, occurred_at string from the log, or ns from the cluster, attrs)
+        self.events: list[tuple[str, str | int, Attrs]] = []
         self.dropped_events = 0
+        self.cluster: Attrs | None = None  # the UnitSignal's attributes, once the join knew it
         self.error: str | None = None
         self.disc: dict[str, tuple[str, int]] = {}  # kind -> (start at, n) of its latest span
         self.starting: _Open | None = None
@@ -99,6 +102,10 @@ class _UnitTrace:
 
 
 _CHILDREN = ("starting", "alloc", "busy", "drain", "incarnation")
+
+
+def _at(e: tuple[str, int, Attrs]) -> int:
+    return e[1]
 STATE_VERSION = 1
 
 
@@ -109,11 +116,12 @@ def _unit_state(u: _UnitTrace) -> list[Any]:
         if s is not None:
             open_[slot] = [f"{s.span_id:016x}", s.start, s.attrs]
     return [u.start, u.last, u.created_seen, u.ready, u.key, [list(e) for e in u.events],
-            u.dropped_events, u.error, {k: list(v) for k, v in u.disc.items()}, open_]
+            u.dropped_events, u.error, {k: list(v) for k, v in u.disc.items()}, open_,
+            u.cluster]
 
 
 def _unit_restore(workload: str, uid: str, st: list[Any]) -> _UnitTrace:
-    (start, last, created_seen, ready, key, events, dropped, error, disc, open_) = st
+    (start, last, created_seen, ready, key, events, dropped, error, disc, open_) = st[:10]
     u = _UnitTrace(uid, trace_id_of(workload, uid), span_id_of(workload, uid, "unit"), start)
     u.last = last
     u.created_seen = bool(created_seen)
@@ -127,6 +135,7 @@ def _unit_restore(workload: str, uid: str, st: list[Any]) -> _UnitTrace:
         if slot not in _CHILDREN:
             raise ValueError(f"unknown open span {slot!r}")
         setattr(u, slot, _Open(int(sid, 16), at, dict(attrs)))
+    u.cluster = st[10] if len(st) > 10 else None
     return u
 
 
@@ -145,6 +154,9 @@ class TraceBuilder:
         self.idle_ns = idle_ns
         self.units: dict[str, _UnitTrace] = {}
         self.expired = 0
+        # Set by the cluster join: unit id -> (the UnitSignal's attributes, root events waiting
+        # for the unit); read as the log's events arrive.
+        self.context: Callable[[str], tuple[Attrs | None, list[Any]] | None] | None = None
         self._on: dict[str, Callable[[_UnitTrace, str, dict[str, Any]], None]] = {
             "unit.created": self._created,
             "unit.ready": self._ready,
@@ -180,12 +192,38 @@ class TraceBuilder:
         u.last = at
         if key is not None:
             u.key = key
+        if self.context is not None:
+            ctx = self.context(unit_id)
+            if ctx is not None:
+                self._join(u, ctx)
         # The model validated the event and calls this inside its own error handling: a field
         # read differently here must neither stop the log nor count the event as invalid.
         with suppress(KeyError, TypeError, ValueError):
             h(u, at, data)
         if type_ == "unit.destroyed":
             del self.units[unit_id]
+
+    def _join(self, u: _UnitTrace, ctx: tuple[Attrs | None, list[Any]]) -> None:
+        attrs, waiting = ctx
+        if attrs is not None:
+            u.cluster = attrs
+        while waiting:
+            name, ns, ea = waiting.pop(0)
+            self._event(u, name, ns, ea)
+
+    def cluster_event(self, unit_id: str, name: str, at_ns: int, attrs: Attrs) -> bool:
+        """A UnitSignal's generation change, as a root span event; False when the unit has no
+        open trace (the join then keeps it for the unit's first event)."""
+        u = self.units.get(unit_id)
+        if u is None:
+            return False
+        self._event(u, name, at_ns, attrs)
+        return True
+
+    def cluster_attrs(self, unit_id: str, attrs: Attrs) -> None:
+        u = self.units.get(unit_id)
+        if u is not None:
+            u.cluster = attrs
 
     def expire(self, now_ns: int) -> None:
         """End the traces of units idle for `idle_ns` (as the model forgets them)."""
@@ -236,13 +274,15 @@ class TraceBuilder:
         start, end = ns_of(s.start), ns_of(at)
         if attrs:
             s.attrs.update(attrs)
+        if u.cluster:
+            s.attrs.update(u.cluster)
         if end < start:  # clock skew between events: keep the span, flag it
             end = start
             s.attrs["zaroz.clock_skew"] = True
         self.out(SpanRecord(name, u.trace_id, s.span_id, u.root_id, start, end, s.attrs,
                             error=error))
 
-    def _event(self, u: _UnitTrace, name: str, at: str, attrs: Attrs) -> None:
+    def _event(self, u: _UnitTrace, name: str, at: str | int, attrs: Attrs) -> None:
         if len(u.events) < MAX_ROOT_EVENTS:
             u.events.append((name, at, attrs))
         else:
@@ -286,12 +326,15 @@ class TraceBuilder:
             a["zaroz.unit.created_seen"] = False
         if u.dropped_events:
             a["zaroz.unit.events_dropped"] = u.dropped_events
+        if u.cluster:
+            a.update(u.cluster)
         a.update(attrs)
         start, end = ns_of(u.start), ns_of(at)
         if end < start:
             end = start
             a["zaroz.clock_skew"] = True
-        events = [(name, ns_of(t), ea) for name, t, ea in u.events]
+        events = sorted(((name, ns_of(t) if type(t) is str else t, ea) for name, t, ea in u.events),
+                        key=_at)
         self.out(SpanRecord("unit", u.trace_id, u.root_id, 0, start, end, a, events, u.error))
 
     # -- event handlers (unit state, occurred_at, data) -----------------------------------------
