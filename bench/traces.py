@@ -2,10 +2,12 @@
 floors (building span records only; the SDK with an exporter that sends nothing).
 
 Cases, on the same simulated logs applied through the Pipeline (model + metrics + traces):
-- build: the model and the TraceBuilder, spans collected in a list (no SDK);
-- sdk-noop: the SDK pipeline (TracerProvider, BatchSpanProcessor) with a no-op exporter;
-- otlp-replay: OTLP/HTTP to the receiver with backpressure (replay's mode: nothing is dropped);
-- otlp-live: OTLP/HTTP with the live defaults (queue 65536): a burst, and what it dropped.
+- build: the model and the TraceBuilder, spans collected in a list (no export at all);
+- sdk + no-op: the SDK pipeline (TracerProvider, BatchSpanProcessor) with a no-op exporter;
+- encoded + no-op: records encoded into OTLP requests (wire.py, own batcher), not sent;
+- otlp/http via SDK spans: the SDK pipeline to the receiver (the exporter before wire.py);
+- otlp/http encoded, backpressure: replay's mode (nothing is dropped);
+- otlp/http encoded, live queue: the live defaults (queue 65536): a burst, and what it dropped.
 The receiver runs in its own process (`python -m tests.otlp_receiver`), so it does not share
 this interpreter's GIL; its span count is read back to check that every span arrived.
 
@@ -38,6 +40,16 @@ NS = 1_000_000_000
 class NoopExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+class NoopEncoded:
+    """Takes encoded requests and sends nothing: the encoded pipeline's floor."""
+
+    def export_encoded(self, body: bytes, count: int) -> bool:
+        return True
 
     def shutdown(self) -> None:
         pass
@@ -82,9 +94,9 @@ def run_build(data: dict[str, list[dict[str, Any]]]) -> tuple[int, float, int]:
     return len(got), time.perf_counter() - t, 0
 
 
-def run_sink(data: dict[str, list[dict[str, Any]]], exporter: SpanExporter,
-             config: TraceConfig) -> tuple[int, float, int]:
-    sink = TraceSink(exporter, config)
+def run_sink(data: dict[str, list[dict[str, Any]]], exporter: Any,
+             config: TraceConfig, sdk: bool = False) -> tuple[int, float, int]:
+    sink = TraceSink(exporter, config, sdk=sdk)
     p = Pipeline(traces=sink)
     t = time.perf_counter()
     apply(p, data)
@@ -129,6 +141,10 @@ def main(argv: list[str]) -> int:
             "build (no SDK)": lambda: run_build(data),
             "sdk + no-op exporter": lambda: run_sink(
                 data, NoopExporter(), TraceConfig(backpressure=True)),
+            "encoded + no-op exporter": lambda: run_sink(
+                data, NoopEncoded(), TraceConfig(backpressure=True)),
+            "otlp/http via SDK spans": lambda: run_sink(
+                data, otlp_exporter(endpoint), TraceConfig(backpressure=True), sdk=True),
             "otlp/http, backpressure": lambda: run_sink(
                 data, otlp_exporter(endpoint), TraceConfig(backpressure=True)),
             "otlp/http, live queue": lambda: run_sink(data, otlp_exporter(endpoint), TraceConfig()),

@@ -34,7 +34,6 @@ spans open across the restart are lost.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,11 +63,12 @@ class SpanRecord:
 class _Open:
     """A child span that has started and not ended."""
 
-    __slots__ = ("attrs", "span_id", "start")
+    __slots__ = ("attrs", "span_id", "start", "start_ns")
 
-    def __init__(self, span_id: int, start: str, attrs: Attrs) -> None:
+    def __init__(self, span_id: int, start: str, attrs: Attrs, start_ns: int) -> None:
         self.span_id = span_id
         self.start = start
+        self.start_ns = start_ns
         self.attrs = attrs
 
 
@@ -134,7 +134,7 @@ def _unit_restore(workload: str, uid: str, st: list[Any]) -> _UnitTrace:
     for slot, (sid, at, attrs) in open_.items():
         if slot not in _CHILDREN:
             raise ValueError(f"unknown open span {slot!r}")
-        setattr(u, slot, _Open(int(sid, 16), at, dict(attrs)))
+        setattr(u, slot, _Open(int(sid, 16), at, dict(attrs), ns_of(at)))
     u.cluster = st[10] if len(st) > 10 else None
     return u
 
@@ -154,6 +154,10 @@ class TraceBuilder:
         self.idle_ns = idle_ns
         self.units: dict[str, _UnitTrace] = {}
         self.expired = 0
+        # The current event's occurred_at, parsed at most once (a span often ends and another
+        # starts at the same event).
+        self._at: str | None = None
+        self._at_ns = 0
         # Set by the cluster join: unit id -> (the UnitSignal's attributes, root events waiting
         # for the unit); read as the log's events arrive.
         self.context: Callable[[str], tuple[Attrs | None, list[Any]] | None] | None = None
@@ -198,8 +202,10 @@ class TraceBuilder:
                 self._join(u, ctx)
         # The model validated the event and calls this inside its own error handling: a field
         # read differently here must neither stop the log nor count the event as invalid.
-        with suppress(KeyError, TypeError, ValueError):
+        try:  # noqa: SIM105 - contextlib.suppress costs an object per event
             h(u, at, data)
+        except (KeyError, TypeError, ValueError):
+            pass
         if type_ == "unit.destroyed":
             del self.units[unit_id]
 
@@ -265,13 +271,13 @@ class TraceBuilder:
         a = {"zaroz.workload": self.workload, "zaroz.unit.id": uid}
         if attrs:
             a.update(attrs)
-        return _Open(sid, at, a)
+        return _Open(sid, at, a, self._ns(at))
 
     def _end(
         self, u: _UnitTrace, name: str, s: _Open, at: str, error: str | None = None,
         attrs: Attrs | None = None,
     ) -> None:
-        start, end = ns_of(s.start), ns_of(at)
+        start, end = s.start_ns, self._ns(at)
         if attrs:
             s.attrs.update(attrs)
         if u.cluster:
@@ -281,6 +287,12 @@ class TraceBuilder:
             s.attrs["zaroz.clock_skew"] = True
         self.out(SpanRecord(name, u.trace_id, s.span_id, u.root_id, start, end, s.attrs,
                             error=error))
+
+    def _ns(self, at: str) -> int:
+        if at is not self._at:
+            self._at_ns = ns_of(at)
+            self._at = at
+        return self._at_ns
 
     def _event(self, u: _UnitTrace, name: str, at: str | int, attrs: Attrs) -> None:
         if len(u.events) < MAX_ROOT_EVENTS:

@@ -1,7 +1,9 @@
-"""Span records -> OpenTelemetry SDK spans -> OTLP, with counted drops and failures.
+"""Span records -> OTLP, with counted drops and failures.
 
-The SDK's `TracerProvider` + `BatchSpanProcessor` + OTLP exporter do batching, encoding, retries
-and the standard `OTEL_*` configuration; spans are started with explicit parent contexts, ids
+The SDK's OTLP exporters send (retries and the standard `OTEL_*` configuration). The span
+records are encoded straight into OTLP requests and batched by `batch.Batcher` (see wire.py for
+why); any other SpanExporter (tests, the bench's no-op) gets SDK spans through the SDK's
+`TracerProvider` + `BatchSpanProcessor`, started with explicit parent contexts, ids
 (`ids.PresetIds`) and event-clock times, so the SDK adds nothing of its own but the Resource.
 
 Why the wrappers: the BatchSpanProcessor drops spans silently when its queue is full (measured:
@@ -34,9 +36,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from exporter import __version__
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.traces.batch import Batcher
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
 from exporter.sinks.traces.exportlog import ExportLog
 from exporter.sinks.traces.outbox import Outbox
+from exporter.sinks.traces.transport import encoded_capable
+from exporter.sinks.traces.wire import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -193,20 +198,18 @@ def otlp_exporter(
     endpoint: str | None = None, protocol: str | None = None, timeout: float | None = None
 ) -> SpanExporter:
     """The OTLP span exporter the OTEL_* environment describes; `endpoint` (a base URL, as
-    `--otlp-endpoint` gives it) overrides the environment's. gRPC needs the `grpc` extra."""
+    `--otlp-endpoint` gives it) overrides the environment's. gRPC needs the `grpc` extra.
+    It also takes requests already encoded (see transport.py)."""
+    from exporter.sinks.traces import transport
+
     if _protocol(protocol) == GRPC:
         try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter as GrpcExporter,
-            )
+            return transport.grpc_exporter(endpoint=endpoint, timeout=timeout)  # type: ignore[no-any-return]
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError(
                 "OTLP over gRPC needs the grpc extra: pip install 'zaroz-exporter[grpc]'"
             ) from e
-        return GrpcExporter(endpoint=endpoint, timeout=timeout)  # type: ignore[arg-type]
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter(
+    return transport.http_exporter(
         endpoint=traces_url(endpoint) if endpoint else None, timeout=timeout,
         session=_http_session(),
     )
@@ -273,9 +276,14 @@ def default_resource() -> Resource:
 
 
 class TraceSink:
-    """Owns the SDK pipeline; hands out one `TraceBuilder` (a WorkloadLog tap) per workload.
+    """Owns the export pipeline; hands out one `TraceBuilder` (a WorkloadLog tap) per workload.
 
     Spans are emitted from the thread that applies events (the event loop), one at a time.
+    Two pipelines, the same spans on the wire (tests compare them byte for byte):
+    - encoded (an exporter from `otlp_exporter`, unless `sdk=True`): records are queued in a
+      `Batcher` and encoded straight into OTLP requests (`wire`), sent by the SDK's exporter;
+    - SDK (any other SpanExporter): each record becomes an SDK span, through the
+      TracerProvider and BatchSpanProcessor.
     """
 
     def __init__(
@@ -286,6 +294,7 @@ class TraceSink:
         resource: Resource | None = None,
         idle_ns: int = 24 * 3600 * 10**9,
         export_log: ExportLog | None = None,
+        sdk: bool = False,
     ) -> None:
         c = (config or TraceConfig()).resolved()
         self.export_log = export_log
@@ -295,9 +304,22 @@ class TraceSink:
         self.idle_ns = idle_ns
         self.stats = TraceStats()
         self.builders: dict[str, TraceBuilder] = {}
+        self.exporter = exporter
+        self.outbox: Outbox | None = None  # with a checkpoint: spans wait for it (see outbox)
+        self._on_handled: Callable[[Iterable[int]], None] | None = None
+        self._closed = False
+        resource = resource or default_resource()
+        self.encoded = not sdk and encoded_capable(exporter)
+        if self.encoded:
+            self.encoder = Encoder(resource.attributes, "zaroz-exporter", __version__)
+            self.batcher = Batcher(
+                self._export_encoded, self.stats, max_queue_size=c.max_queue_size,
+                max_batch=c.max_export_batch_size, delay_s=c.schedule_delay_millis / 1000,
+                backpressure=c.backpressure)
+            self.send = self.batcher.put  # type: ignore[method-assign]
+            return
         self._ids = PresetIds()
         self._counting = CountingExporter(exporter, self.stats, export_log)
-        self.outbox: Outbox | None = None  # with a checkpoint: spans wait for it (see outbox)
         batch = BatchSpanProcessor(
             self._counting,
             max_queue_size=c.max_queue_size,
@@ -306,11 +328,29 @@ class TraceSink:
         )
         self.processor = CountingProcessor(batch, self.stats, c.backpressure)
         self.provider = TracerProvider(
-            sampler=ALWAYS_ON, resource=resource or default_resource(), id_generator=self._ids
+            sampler=ALWAYS_ON, resource=resource, id_generator=self._ids
         )
         self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("zaroz-exporter", __version__)
-        self._closed = False
+
+    def _export_encoded(self, batch: list[SpanRecord]) -> None:
+        """One batch (the Batcher's thread, or the caller's under backpressure)."""
+        st, n = self.stats, len(batch)
+        st.handed += n
+        try:
+            ok = self.exporter.export_encoded(self.encoder.request(batch), n)  # type: ignore[attr-defined]
+        except Exception:  # an exporter bug must not kill the export thread
+            log.exception("OTLP span export raised")
+            ok = False
+        if ok:
+            st.exported += n
+            if self.export_log is not None:
+                self.export_log.success()
+        else:
+            st.export_failures += 1
+            st.failed_spans += n
+        if self._on_handled is not None:
+            self._on_handled([r.span_id for r in batch])
 
     @classmethod
     def from_env(
@@ -340,7 +380,9 @@ class TraceSink:
         """Spans are from now on held until a checkpoint in `state_dir` covers them."""
         if self.outbox is None:
             self.outbox = Outbox(state_dir, self.send)
-            self._counting.on_handled = self.outbox.handled
+            self._on_handled = self.outbox.handled
+            if not self.encoded:
+                self._counting.on_handled = self.outbox.handled
 
     def state(self) -> dict[str, Any]:
         """Plain JSON-able data: every builder's open spans and the spans not yet handled."""
@@ -368,7 +410,8 @@ class TraceSink:
             self.send(r)
 
     def send(self, r: SpanRecord) -> None:
-        """One finished span record -> one SDK span, ended at once (so the processor queues it)."""
+        """SDK pipeline: one finished span record -> one SDK span, ended at once (so the
+        processor queues it). The encoded pipeline replaces this with `Batcher.put`."""
         ids = self._ids
         ids.trace_id = r.trace_id
         ids.span_id = r.span_id
@@ -401,6 +444,8 @@ class TraceSink:
         registry["zaroz_traces_units_tracked"].callback((), self.units_tracked)
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
+        if self.encoded:
+            return self.batcher.flush()
         return self.processor.force_flush(timeout_millis)
 
     def shutdown(self, timeout: float | None = None) -> bool:
@@ -414,15 +459,14 @@ class TraceSink:
         self._closed = True
         done = True
         if timeout is None:
-            self.provider.shutdown()
+            self._stop()
         else:
-            worker = threading.Thread(target=self.provider.shutdown, name="otlp-shutdown",
-                                      daemon=True)
+            worker = threading.Thread(target=self._stop, name="otlp-shutdown", daemon=True)
             worker.start()
             worker.join(timeout)
             if worker.is_alive():  # interrupt the exporter's retry wait; the rest is dropped
                 done = False
-                self._counting.inner.shutdown()
+                self.exporter.shutdown()
                 st = self.stats
                 st.dropped = max(st.dropped, st.spans - st.exported)
                 log.warning("OTLP trace export gave up at shutdown",
@@ -432,3 +476,10 @@ class TraceSink:
         if done and self.outbox is not None:  # else the export thread may still write the mark
             self.outbox.close()
         return done
+
+    def _stop(self) -> None:
+        if self.encoded:
+            self.batcher.shutdown()
+            self.exporter.shutdown()
+        else:
+            self.provider.shutdown()
