@@ -73,7 +73,10 @@ def apply(p: Pipeline, data: dict[str, list[dict[str, Any]]]) -> None:
         log.flush()
 
 
-def run_build(data: dict[str, list[dict[str, Any]]]) -> tuple[int, float, int]:
+Result = tuple[int, float, int, float]  # spans, wall s, dropped, CPU s of this process
+
+
+def run_build(data: dict[str, list[dict[str, Any]]]) -> Result:
     """The model with a TraceBuilder whose records go to a list: no SDK at all."""
     got: list[SpanRecord] = []
 
@@ -89,26 +92,27 @@ def run_build(data: dict[str, list[dict[str, Any]]]) -> tuple[int, float, int]:
             return TraceBuilder(wl, got.append, idle_ns=self.idle_ns)
 
     p = Pipeline(traces=ListSink())  # type: ignore[arg-type]
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     apply(p, data)
-    return len(got), time.perf_counter() - t, 0
+    return len(got), time.perf_counter() - t, 0, time.process_time() - c
 
 
 def run_sink(data: dict[str, list[dict[str, Any]]], exporter: Any,
-             config: TraceConfig, sdk: bool = False) -> tuple[int, float, int]:
+             config: TraceConfig, sdk: bool = False) -> Result:
     sink = TraceSink(exporter, config, sdk=sdk)
     p = Pipeline(traces=sink)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     apply(p, data)
     sink.shutdown()  # every span exported (or counted dropped) before the clock stops
-    return sink.stats.spans, time.perf_counter() - t, sink.stats.dropped
+    return (sink.stats.spans, time.perf_counter() - t, sink.stats.dropped,
+            time.process_time() - c)
 
 
-def run_models_only(data: dict[str, list[dict[str, Any]]]) -> float:
+def run_models_only(data: dict[str, list[dict[str, Any]]]) -> tuple[float, float]:
     p = Pipeline()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     apply(p, data)
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def receiver() -> tuple[subprocess.Popen[str], str]:
@@ -137,8 +141,8 @@ def main(argv: list[str]) -> int:
     print(f"{events} events in {len(data)} workloads", flush=True)
     proc, endpoint = receiver()
     try:
-        cases: dict[str, Callable[[], tuple[int, float, int]]] = {
-            "build (no SDK)": lambda: run_build(data),
+        cases: dict[str, Callable[[], Result]] = {
+            "build (no export)": lambda: run_build(data),
             "sdk + no-op exporter": lambda: run_sink(
                 data, NoopExporter(), TraceConfig(backpressure=True)),
             "encoded + no-op exporter": lambda: run_sink(
@@ -149,28 +153,34 @@ def main(argv: list[str]) -> int:
                 data, otlp_exporter(endpoint), TraceConfig(backpressure=True)),
             "otlp/http, live queue": lambda: run_sink(data, otlp_exporter(endpoint), TraceConfig()),
         }
-        base = min(run_models_only(data) for _ in range(args.repeat))
-        rows = [["case", "spans", "best s", "spans/s", "over model s", "dropped", "received"]]
+        base, base_cpu = min(run_models_only(data) for _ in range(args.repeat))
+        rows = [["case", "spans", "best s", "spans/s", "over model s", "cpu s", "spans/cpu-s",
+                 "dropped", "received"]]
         for name, fn in cases.items():
-            best: tuple[int, float, int] | None = None
+            best: tuple[int, float, int, float, int] | None = None
             arrived_ok = True
             for _ in range(args.repeat):
                 before = received(endpoint)
-                n, s, dropped = fn()
+                n, s, dropped, cpu = fn()
                 got = received(endpoint) - before
                 if name.startswith("otlp") and got + dropped != n:
                     arrived_ok = False
                 if best is None or s < best[1]:
-                    best = (n, s, dropped, got)  # type: ignore[assignment]
-            n, s, dropped, got = best  # type: ignore[misc]
+                    best = (n, s, dropped, cpu, got)
+            assert best is not None
+            n, s, dropped, cpu, got = best
             rows.append([name, str(n), f"{s:.3f}", f"{n / s:,.0f}", f"{s - base:.3f}",
-                         str(dropped), str(got) if name.startswith("otlp") else "-"])
+                         f"{cpu:.3f}", f"{n / cpu:,.0f}", str(dropped),
+                         str(got) if name.startswith("otlp") else "-"])
             if not arrived_ok:
                 print(f"!! {name}: received + dropped != spans in some round", flush=True)
-        print(f"model + metrics alone (no traces): {base:.3f} s, {events / base:,.0f} events/s")
+        print(f"model + metrics alone (no traces): {base:.3f} s ({base_cpu:.3f} s CPU), "
+              f"{events / base:,.0f} events/s")
         print(table(rows))
         print("spans/s counts the whole replay (model, metrics, spans, export) per span; "
-              "'over model' is the time traces add.")
+              "'over model' is the time traces add; cpu s is this process's CPU time (all its "
+              "threads; the receiver runs apart), which machine load disturbs less than wall "
+              "time.")
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
