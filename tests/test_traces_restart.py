@@ -53,6 +53,7 @@ async def spawn(route_url: str, state_dir: Path, otlp: str) -> tuple[Any, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OTEL_BSP_SCHEDULE_DELAY": "50"}
     args = ["serve", "--listen", "127.0.0.1:0", "--events-url", route_url, "--wait", "1",
             "--kube", "off", "--state-dir", str(state_dir), "--otlp-endpoint", otlp,
+            "--checkpoint-interval", "0",  # checkpoints at scrapes only: the test says when
             "--log-format", "json", *(a for w in LOGS for a in ("--workload", w))]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())",
@@ -124,6 +125,7 @@ async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_p
                 feed(f)
             samples = await scrape_until(url, fed)  # saved through 0.6; its spans released
             released = value(samples, "zaroz_traces_spans_total")
+            first = samples  # the counters a scraper saw last from the first process
             await until(lambda: len(rx.spans) >= released)  # ...and delivered
             feed(0.7)  # applied, never checkpointed: its spans must wait, then be rebuilt
             await asyncio.sleep(1.5)
@@ -144,10 +146,12 @@ async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_p
             feed(1.0)
             proc, url = await spawn(route_url, tmp_path, rx.endpoint)
             procs.append(proc)
+            resumed = await scrape(url)
             await scrape_until(url, n)
             await scrape(url)
             await until(lambda: len(rx.spans) >= sum(expected.values()))
             await asyncio.sleep(0.5)  # anything more (a duplicate) would arrive by now
+            last = await scrape(url)
         finally:
             for p in procs:
                 if p.returncode is None:
@@ -162,3 +166,7 @@ async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_p
     after = [k for k in got if k[1] in ids]
     assert len(after) == len(ids) and not any(k[1] in ids for k in before_kill)
     assert all(k[3] == "starting" for k in after)
+    # The span counters continue across the kill: no reset for any scraper.
+    for name in ("zaroz_traces_spans_total", "zaroz_traces_spans_exported_total"):
+        assert value(first, name) > 0
+        assert value(first, name) <= value(resumed, name) <= value(last, name), name

@@ -15,6 +15,7 @@ caller's thread instead of dropping, so a replay loses no span.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -74,6 +75,9 @@ class PresetIds(IdGenerator):
     def is_trace_id_random(self) -> bool:
         # Hash-derived ids are uniform but not random in W3C's sense (they repeat by design).
         return False
+
+
+COUNTERS = ("spans", "exported", "dropped", "export_failures")
 
 
 class TraceStats:
@@ -308,6 +312,8 @@ class TraceSink:
         self.outbox: Outbox | None = None  # with a checkpoint: spans wait for it (see outbox)
         self._on_handled: Callable[[Iterable[int]], None] | None = None
         self._closed = False
+        self._base = dict.fromkeys(COUNTERS, 0)  # restored from the checkpoint
+        self._frozen: dict[str, int] | None = None  # the stats of the last state()
         resource = resource or default_resource()
         self.encoded = not sdk and encoded_capable(exporter)
         if self.encoded:
@@ -385,9 +391,15 @@ class TraceSink:
                 self._counting.on_handled = self.outbox.handled
 
     def state(self) -> dict[str, Any]:
-        """Plain JSON-able data: every builder's open spans and the spans not yet handled."""
+        """Plain JSON-able data: every builder's open spans, the spans not yet handled, and the
+        counters. The counters exposed from now on are these (until the next state()), so no
+        scraper sees more than a checkpoint holds and the successor continues them (the export
+        thread moves the live ones between a save and a render)."""
+        st = self.stats
+        self._frozen = {k: getattr(st, k) for k in COUNTERS}
         return {"builders": {w: b.state() for w, b in self.builders.items()},
-                "outbox": self.outbox.state() if self.outbox is not None else None}
+                "outbox": self.outbox.state() if self.outbox is not None else None,
+                "stats": {k: self._base[k] + v for k, v in self._frozen.items()}}
 
     def saved(self) -> None:
         """The checkpoint with `state()` is on disk."""
@@ -397,6 +409,8 @@ class TraceSink:
     def restore(self, data: Mapping[str, Any]) -> None:
         for w, st in data["builders"].items():
             self.builder(w).restore(st)
+        stats = data.get("stats") or {}
+        self._base = {k: int(stats.get(k, 0)) for k in COUNTERS}
         if self.outbox is not None and data.get("outbox") is not None:
             self.outbox.restore(data["outbox"])
 
@@ -436,12 +450,18 @@ class TraceSink:
     def register(self, registry: Registry) -> None:
         """Expose the counters as catalog metrics, read at scrape time (they are written from
         the export thread, and pushing into series from two threads would race)."""
-        st = self.stats
-        registry["zaroz_traces_spans_total"].callback((), lambda: st.spans)
-        registry["zaroz_traces_spans_exported_total"].callback((), lambda: st.exported)
-        registry["zaroz_traces_spans_dropped_total"].callback((), lambda: st.dropped)
-        registry["zaroz_traces_export_failures_total"].callback((), lambda: st.export_failures)
+        for name, field_ in (("zaroz_traces_spans_total", "spans"),
+                             ("zaroz_traces_spans_exported_total", "exported"),
+                             ("zaroz_traces_spans_dropped_total", "dropped"),
+                             ("zaroz_traces_export_failures_total", "export_failures")):
+            registry[name].callback((), functools.partial(self.count, field_))
         registry["zaroz_traces_units_tracked"].callback((), self.units_tracked)
+
+    def count(self, field_: str) -> int:
+        """A counter as exposed: continued from the checkpoint; with one, as of its last save."""
+        frozen = self._frozen
+        return self._base[field_] + (frozen[field_] if frozen is not None
+                                     else getattr(self.stats, field_))
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
         if self.encoded:
