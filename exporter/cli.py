@@ -64,6 +64,8 @@ def _from_env(flag: str, env: str, raw: str, kw: dict[str, Any]) -> Any:
     kind = kw.get("type", str)
     try:
         value = kind(raw)
+    except argparse.ArgumentTypeError as e:
+        raise ConfigError(f"{env} ({flag})", raw, str(e)) from None
     except (TypeError, ValueError):
         raise ConfigError(f"{env} ({flag})", raw,
                           f"invalid {getattr(kind, '__name__', 'value')} value") from None
@@ -95,6 +97,47 @@ def _kube_flags(p: argparse.ArgumentParser, default_mode: str) -> None:
          default=None)
     _add(p, "--unitsignal-labels-allowlist", help="UnitSignal labels exported as label_<name> "
          "on zaroz_unitsignal_labels (comma-separated)", type=_csv, default=[])
+
+
+def _schema(v: str) -> int | None:
+    """A native histogram schema, -4..8, or `off`."""
+    if v.strip().lower() in ("off", "none", "false"):
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = 99
+    if not -4 <= n <= 8:
+        raise argparse.ArgumentTypeError(f"must be an integer within -4..8 or off, not {v!r}")
+    return n
+
+
+def _bucket_limit(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, not {v!r}")
+    return n
+
+
+def _native_flags(p: argparse.ArgumentParser, scope: str = "") -> None:
+    _add(p, "--native-histogram-schema", help="resolution of the latency histograms' native "
+         "buckets (protobuf scrapes only; classic buckets are unchanged): each power of two is "
+         "split into 2^schema buckets, -4..8 (3: each bucket 2^(1/8) = 1.09 times the last), "
+         "or off", type=_schema, default=3, scope=scope)
+    _add(p, "--native-histogram-max-buckets", help="native buckets a series may hold; beyond, "
+         "its resolution is halved (schema - 1, neighbours merged, counts kept, never reset) "
+         "until it fits; 0: no limit", type=_bucket_limit, default=160, scope=scope)
+
+
+def native_config(args: argparse.Namespace) -> Any:
+    """The registry's NativeConfig from the flags (None: classic buckets only)."""
+    from exporter.sinks.metrics.native import NativeConfig
+
+    schema = args.native_histogram_schema
+    return None if schema is None else NativeConfig(schema, args.native_histogram_max_buckets)
 
 
 def _csv(v: str) -> list[str]:
@@ -164,6 +207,7 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          type=int, default=1)
     _add(p, "--shard", help="this instance's shard ordinal (default: from the StatefulSet pod "
          "name in $POD_NAME or $HOSTNAME, else 0)", type=int, default=None)
+    _native_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,8 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
          ".jsonl or .jsonl.gz; stdin: stdin)", default=None, scope="REPLAY_")
     _add(replay, "--summary", help="print count, p50, p95, p99 and anomaly counts instead",
          action="store_true", default=False, scope="REPLAY_")
-    _add(replay, "--openmetrics", help="print OpenMetrics instead of text 0.0.4",
+    _add(replay, "--format", help="exposition format: text (0.0.4), openmetrics, or protobuf "
+         "(delimited MetricFamily messages, with native histograms: see --native-histogram-*)",
+         default="text", choices=["text", "openmetrics", "protobuf"], scope="REPLAY_")
+    _add(replay, "--openmetrics", help="the same as --format openmetrics",
          action="store_true", default=False, scope="REPLAY_")
+    _native_flags(replay, scope="REPLAY_")
     _add(replay, "--otlp-endpoint", help="also export each unit's lifecycle as an OTLP trace "
          "to this base URL (as OTEL_EXPORTER_OTLP_ENDPOINT)", default=None, scope="REPLAY_")
     _add(replay, "--report", help="also write a self-contained HTML incident report to this "
@@ -257,10 +305,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "replay":
         from exporter import replay
+        from exporter.sinks.metrics.exposition import Format
 
-        return replay.run(args.files, args.workload, args.summary, args.openmetrics,
+        fmt = Format(args.format)
+        if args.openmetrics:
+            if fmt is Format.PROTOBUF:
+                raise SystemExit("zaroz-exporter replay: --openmetrics and --format protobuf "
+                                 "contradict each other")
+            fmt = Format.OPENMETRICS
+        return replay.run(args.files, args.workload, args.summary, fmt,
                           otlp_endpoint=args.otlp_endpoint, report=args.report,
-                          explain=args.explain, explain_max=args.explain_max)
+                          explain=args.explain, explain_max=args.explain_max,
+                          native=native_config(args))
     from exporter import logs
 
     logs.setup(args.log_level, args.log_format)

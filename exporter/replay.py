@@ -11,8 +11,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from exporter.model.observations import Observer
 from exporter.pipeline import Pipeline
-from exporter.sinks.metrics.exposition import render
+from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.native import DEFAULT_NATIVE, NativeConfig
 from exporter.sinks.metrics.workload import WorkloadMetrics
 from exporter.sources.files import (
     NOT_JSON,
@@ -208,16 +209,18 @@ def run(
     files: Sequence[str],
     workload: str | None,
     as_summary: bool,
-    openmetrics: bool,
+    openmetrics: bool | Format,
     otlp_endpoint: str | None = None,
     report: str | None = None,
     explain: bool = False,
     explain_max: int = EXPLAIN_MAX,
+    native: NativeConfig | None = DEFAULT_NATIVE,
 ) -> int:
     """`otlp_endpoint` (a base URL, like OTEL_EXPORTER_OTLP_ENDPOINT): export every unit's
     lifecycle as traces too, with the OTEL_* environment for the rest (headers, protocol).
     `report`: also write the HTML incident report there, from the same pass.
-    `explain`: say on stderr where each invalid line is and why (at most `explain_max`)."""
+    `explain`: say on stderr where each invalid line is and why (at most `explain_max`).
+    `openmetrics`: True/False or a Format (protobuf: binary, written as is)."""
     try:
         logs = expand(files, stdin_workload=workload or "stdin")
     except LogNotFound as e:
@@ -239,6 +242,7 @@ def run(
         cursor = Cursor()
         factory = recording(cursor)
     pipeline = Pipeline(
+        Registry(native=native),
         observer_factory=factory,
         traces=_trace_sink(otlp_endpoint) if otlp_endpoint else None,
     )

@@ -20,12 +20,14 @@ from aiohttp import web
 
 from exporter import config
 from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
+from exporter.cli import native_config
 from exporter.cluster import NamespaceHandler, build_cluster
 from exporter.config import ConfigError
 from exporter.expiry import ExpiryClock
 from exporter.pipeline import Pipeline
 from exporter.server import MetricsServer, start_site
 from exporter.sharding import Shard
+from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.backoff import Backoff
@@ -192,7 +194,8 @@ async def start(args: argparse.Namespace) -> Running:
     config.validate(args)
     shard = args.shard_config
     traces = _trace_sink(args)
-    pipeline = Pipeline(idle_seconds=args.unit_idle_timeout, traces=traces)
+    pipeline = Pipeline(Registry(native=native_config(args)), idle_seconds=args.unit_idle_timeout,
+                        traces=traces)
     _select_families(pipeline, args.family_filter)
     pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
     pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)

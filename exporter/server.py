@@ -12,12 +12,7 @@ from aiohttp import web
 
 from exporter.checkpoint import Checkpointer, CheckpointError, render_checkpointed
 from exporter.overview.web import Overview
-from exporter.sinks.metrics.exposition import (
-    OPENMETRICS_TYPE,
-    TEXT_TYPE,
-    coalesce,
-    wants_openmetrics,
-)
+from exporter.sinks.metrics.exposition import CONTENT_TYPES, coalesce, negotiate
 from exporter.sinks.metrics.family import Registry
 
 Readiness = Callable[[], tuple[bool, str]]
@@ -72,16 +67,16 @@ class MetricsServer:
         """Renders the whole exposition before the first await (so it is exactly the state a
         checkpoint saved), then streams it chunk by chunk."""
         start = time.perf_counter()
-        om = wants_openmetrics(request.headers.get("Accept"))
+        fmt = negotiate(request.headers.get("Accept"))
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
         if self.held is not None:
             self.registry.hold(self.held())
         try:
-            chunks = render_checkpointed(self.registry, om, self.checkpointer)
+            chunks = render_checkpointed(self.registry, fmt, self.checkpointer)  # type: ignore[arg-type]
         except CheckpointError as e:
             log.error("scrape refused: the checkpoint could not be saved", extra={"error": str(e)})
             return web.Response(status=503, text=f"checkpoint failed: {e}\n")
-        resp = web.StreamResponse(headers={"Content-Type": OPENMETRICS_TYPE if om else TEXT_TYPE})
+        resp = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[fmt]})
         if gz:
             resp.headers["Content-Encoding"] = "gzip"
             comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)

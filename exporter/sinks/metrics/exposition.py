@@ -1,4 +1,5 @@
-"""Prometheus text 0.0.4 and OpenMetrics 1.0 rendering of a registry.
+"""Prometheus text 0.0.4 and OpenMetrics 1.0 rendering of a registry, and the choice between
+them and the protobuf exposition (`protobuf.py`) by the scrape's Accept header.
 
 Sample lines are the same in both formats for what we expose (counters keep `_total` on the
 sample, histograms and gauges are identical); only family headers, the `# EOF` trailer and the
@@ -11,34 +12,62 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from enum import StrEnum
 
 from exporter.catalog import Kind, Metric
+from exporter.sinks.metrics import protobuf
 from exporter.sinks.metrics.family import Family, Registry
 
 PROCESS = "process"  # the source of the registry's extras (the process_* and python_* families)
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+PROTOBUF_TYPE = protobuf.PROTOBUF_TYPE
+
+
+class Format(StrEnum):
+    TEXT = "text"
+    OPENMETRICS = "openmetrics"
+    PROTOBUF = "protobuf"
+
+
+CONTENT_TYPES = {Format.TEXT: TEXT_TYPE, Format.OPENMETRICS: OPENMETRICS_TYPE,
+                 Format.PROTOBUF: PROTOBUF_TYPE}
+
+
+def negotiate(accept: str | None) -> Format:
+    """The format the Accept header prefers (highest q, first on ties); text when none fits.
+    Protobuf only as delimited MetricFamily messages, what Prometheus asks for when its native
+    histograms are on."""
+    if not accept:
+        return Format.TEXT
+    best_q, best = -1.0, Format.TEXT
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        mtype, q, params = fields[0].lower(), 1.0, {}
+        for f in fields[1:]:
+            k, _, v = f.partition("=")
+            params[k.strip().lower()] = v.strip().strip('"')
+        try:
+            q = float(params.get("q", 1.0))
+        except ValueError:
+            q = 0.0
+        fmt = None
+        if mtype == "application/openmetrics-text":
+            fmt = Format.OPENMETRICS
+        elif mtype in ("text/plain", "*/*", "text/*"):
+            fmt = Format.TEXT
+        elif (mtype == "application/vnd.google.protobuf"
+              and params.get("proto") == "io.prometheus.client.MetricFamily"
+              and params.get("encoding") == "delimited"):
+            fmt = Format.PROTOBUF
+        if fmt is not None and q > best_q:
+            best_q, best = q, fmt
+    return best
 
 
 def wants_openmetrics(accept: str | None) -> bool:
     """True when the Accept header prefers OpenMetrics (Prometheus sends it first when enabled)."""
-    if not accept:
-        return False
-    best_q, best_om = -1.0, False
-    for part in accept.split(","):
-        fields = [f.strip() for f in part.split(";")]
-        mtype, q = fields[0].lower(), 1.0
-        for f in fields[1:]:
-            if f.startswith("q="):
-                try:
-                    q = float(f[2:])
-                except ValueError:
-                    q = 0.0
-        if mtype == "application/openmetrics-text" and q > best_q:
-            best_q, best_om = q, True
-        elif mtype in ("text/plain", "*/*", "text/*") and q > best_q:
-            best_q, best_om = q, False
-    return best_om
+    return negotiate(accept) is Format.OPENMETRICS
 
 
 def _escape_help(h: str) -> str:
@@ -59,8 +88,12 @@ def header(m: Metric, openmetrics: bool) -> bytes:
     return "".join(lines).encode()
 
 
-def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
-    """The exposition in pieces, one family at a time."""
+def render(registry: Registry, openmetrics: bool | Format = False) -> Iterator[bytes]:
+    """The exposition in pieces, one family at a time (`openmetrics`: True/False, or a Format)."""
+    if openmetrics is Format.PROTOBUF:
+        yield from protobuf.render(registry)
+        return
+    openmetrics = openmetrics is True or openmetrics is Format.OPENMETRICS
     seconds = registry.render_seconds
     seconds.clear()
     clock = time.perf_counter
@@ -84,7 +117,7 @@ def render(registry: Registry, openmetrics: bool = False) -> Iterator[bytes]:
         yield b"# EOF\n"
 
 
-def render_bytes(registry: Registry, openmetrics: bool = False) -> bytes:
+def render_bytes(registry: Registry, openmetrics: bool | Format = False) -> bytes:
     return b"".join(render(registry, openmetrics))
 
 

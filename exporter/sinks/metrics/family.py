@@ -7,6 +7,8 @@ from typing import Protocol
 
 from exporter import catalog
 from exporter.catalog import Kind, Metric
+from exporter.sinks.metrics import protobuf
+from exporter.sinks.metrics.native import DEFAULT_NATIVE, NativeConfig
 from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
 from exporter.sinks.metrics.table import TableFamily
 
@@ -26,21 +28,32 @@ class Held:
 
 
 class Family:
-    __slots__ = ("_body", "_held_version", "_om_body", "bounds_ns", "dirty", "held", "live",
-                 "metric", "series", "wl_index")
+    __slots__ = (
+        "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
+        "_pb_parts", "bounds_ns", "dirty", "held", "live", "metric", "native", "series",
+        "wl_index",
+    )
 
-    def __init__(self, metric: Metric, held: Held | None = None) -> None:
+    def __init__(self, metric: Metric, held: Held | None = None,
+                 native: NativeConfig | None = None) -> None:
         self.metric = metric
         gated = metric.group in HELD_GROUPS and "workload" in metric.labels
         self.held = held if gated else None
         self.wl_index = metric.labels.index("workload") if gated else -1
-        self._held_version = 0
+        self._held_version = self._pb_held_version = 0
+        # Histograms only: native buckets beside the classic ones (None: classic only).
+        self.native = native if metric.kind is Kind.HISTOGRAM else None
         self.series: dict[tuple[str, ...], Series | HistogramSeries] = {}
         self.dirty: list[Series | HistogramSeries] = []
         self.live: list[CallbackSeries] = []
         self.bounds_ns = tuple(round(b * 1e9) for b in metric.buckets)
         self._body: bytes | None = b""
         self._om_body: bytes | None = b""
+        # The protobuf form, once scraped: each series' encoded Metric (in series order) and the
+        # series re-rendered since (by either format's scrape), to encode again.
+        self._pb_body: bytes | None = b""
+        self._pb_parts: dict[Series | HistogramSeries, bytes] | None = None
+        self._pb_changed: list[Series | HistogramSeries] = []
 
     def _shown(self) -> Iterable[Series | HistogramSeries]:
         held = self.held
@@ -67,9 +80,59 @@ class Family:
     def remove(self, *values: str) -> None:
         s = self.series.pop(values, None)
         if s is not None:
-            self._body = None
+            self._body = self._pb_body = None
+            if self._pb_parts is not None:
+                self._pb_parts.pop(s, None)
             if isinstance(s, CallbackSeries):
                 self.live.remove(s)
+
+    def _refresh(self) -> None:
+        """Render the lines of what changed since the last call (any format's)."""
+        tracked = self._pb_parts is not None
+        for s in self.live:
+            old = s.line
+            if s.render() != old:
+                self._body = self._pb_body = None
+                if tracked:
+                    self._pb_changed.append(s)
+        if self.dirty:
+            for s in self.dirty:
+                if s.line is None:
+                    s.render()
+            if tracked:
+                self._pb_changed += self.dirty
+                if len(self._pb_changed) > len(self.series):  # no protobuf scrape for long
+                    self._pb_parts = None
+                    self._pb_changed.clear()
+            self.dirty.clear()
+            self._body = self._pb_body = None
+
+    def pb_body(self) -> bytes:
+        """The family's protobuf `Metric` fields; encodes only the series that changed since
+        the last protobuf scrape."""
+        self._refresh()
+        encode, m, parts = protobuf.series_metric, self.metric, self._pb_parts
+        if parts is None:
+            parts = self._pb_parts = {s: encode(m, s.values, s) for s in self.series.values()}
+            self._pb_body = None
+        elif self._pb_changed:
+            series, scalar = self.series, m.kind is not Kind.HISTOGRAM
+            for s in self._pb_changed:
+                if series.get(s.values) is s:  # not removed since
+                    old = parts.get(s)
+                    parts[s] = protobuf.rescale(old, s.value) if scalar and old is not None \
+                        else encode(m, s.values, s)  # type: ignore[union-attr]
+        self._pb_changed.clear()
+        held = self.held
+        if held is not None and held.version != self._pb_held_version:
+            self._pb_held_version = held.version
+            self._pb_body = None
+        if self._pb_body is None:
+            if held is None or not held.names:
+                self._pb_body = b"".join(parts.values())
+            else:  # workloads held back (Registry.hold), as in the text body
+                self._pb_body = b"".join([parts[s] for s in self._shown()])
+        return self._pb_body
 
     def body(self, openmetrics: bool = False) -> bytes:
         """The family's samples; renders only what changed since the last call.
@@ -77,16 +140,7 @@ class Family:
         OpenMetrics differs only where a histogram series has exemplars (`om_line`); the
         OpenMetrics body is joined from the same renders, and is the text body when none has.
         """
-        for s in self.live:
-            old = s.line
-            if s.render() != old:
-                self._body = None
-        if self.dirty:
-            for s in self.dirty:
-                if s.line is None:
-                    s.render()
-            self.dirty.clear()
-            self._body = None
+        self._refresh()
         held = self.held
         if held is not None and held.version != self._held_version:
             self._held_version = held.version
@@ -115,10 +169,13 @@ class Extra(Protocol):
 class Registry:
     """All families of the catalog, in catalog order, then the extras."""
 
-    def __init__(self, metrics: Iterable[Metric] = catalog.METRICS) -> None:
+    def __init__(self, metrics: Iterable[Metric] = catalog.METRICS,
+                 native: NativeConfig | None = DEFAULT_NATIVE) -> None:
+        """`native`: the histograms' native buckets (None: classic buckets only)."""
         self.held = Held()
         self.families: dict[str, Family | TableFamily] = {
-            m.name: TableFamily(m) if m.per_object else Family(m, self.held) for m in metrics
+            m.name: TableFamily(m) if m.per_object else Family(m, self.held, native)
+            for m in metrics
         }
         self.extras: list[Extra] = []
         self.hidden: frozenset[str] = frozenset()  # families not exported (families.py)

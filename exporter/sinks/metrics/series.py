@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.sinks.metrics.native import NativeBuckets
 from exporter.sinks.traces.ids import trace_hex
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def label_block(names: tuple[str, ...], values: tuple[str, ...], extra: str = ""
 class Series:
     """A counter, gauge or info sample."""
 
-    __slots__ = ("family", "line", "om_line", "prefix", "value")
+    __slots__ = ("family", "line", "om_line", "prefix", "value", "values")
 
     def __init__(self, family: Family, values: tuple[str, ...]) -> None:
         self.family = family
@@ -56,6 +57,7 @@ class Series:
         self.prefix = family.metric.name + label_block(family.metric.labels, values) + " "
         self.line: bytes | None = None
         self.om_line: bytes | None = None  # only histograms with exemplars differ in OpenMetrics
+        self.values = values  # its label values (the protobuf exposition encodes them)
         family.dirty.append(self)
 
     def inc(self, n: float = 1) -> None:
@@ -112,7 +114,8 @@ class HistogramSeries:
     """
 
     __slots__ = (
-        "bounds_ns", "count", "counts", "ex", "family", "line", "om_line", "prefixes", "sum_ns",
+        "bounds_ns", "count", "counts", "ex", "family", "line", "native", "om_line", "prefixes",
+        "sum_ns", "values",
     )
 
     def __init__(self, family: Family, values: tuple[str, ...]) -> None:
@@ -133,6 +136,9 @@ class HistogramSeries:
         self.om_line: bytes | None = None
         # Per bucket: (workload, unit id, ns, occurred_at) of its latest exemplar, or None.
         self.ex: list[tuple[str, str, int, str] | None] | None = None
+        # Native buckets beside the classic ones (protobuf exposition only; see native.py).
+        self.native = NativeBuckets(family.native) if family.native is not None else None
+        self.values = values
         family.dirty.append(self)
 
     def observe_exemplar(self, ns: int, workload: str, unit_id: str, at: str) -> None:
@@ -149,6 +155,8 @@ class HistogramSeries:
         self.counts[i] += 1
         self.sum_ns += ns
         self.count += 1
+        if self.native is not None:
+            self.native.observe_ns(ns)
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)
@@ -164,6 +172,20 @@ class HistogramSeries:
         self.counts = [int(c) for c in counts]
         self.sum_ns = int(sum_ns)
         self.count = int(count)
+        if self.line is not None:
+            self.line = None
+            self.family.dirty.append(self)
+
+    def native_state(self) -> dict[str, int | list[int]] | None:
+        """The native buckets as plain data (ints only), for the checkpoint; None without."""
+        return None if self.native is None else self.native.state()
+
+    def restore_native(self, state: dict[str, int | list[int]]) -> None:
+        """Back to a `native_state()` (nothing to do when native buckets are off); marks the
+        series changed so every format renders it again."""
+        if self.native is None:
+            return
+        self.native.restore(state)
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)

@@ -13,11 +13,17 @@ has little left to do.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.catalog import Metric
+from exporter.catalog import Kind, Metric
+
+# (kind, a chunk's text, its previous text, that text's transcoding, its rows' line starts, their
+# labels encoded) -> one field per line (protobuf.transcode_lines)
+Transcode = Callable[
+    [Kind, bytes, bytes, Sequence[bytes], Sequence[str], Callable[[int], bytes]], list[bytes]]
 
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
@@ -41,13 +47,15 @@ class Column:
 class TableFamily:
     """One per-object family of the registry: a view on its column of a RowTable."""
 
-    __slots__ = ("index", "metric", "prefix", "table")
+    __slots__ = ("index", "metric", "pb_parts", "prefix", "table")
 
     def __init__(self, metric: Metric) -> None:
         self.metric = metric
         self.prefix = metric.name
         self.table: RowTable | None = None
         self.index = 0
+        # chunk -> (the text part it was transcoded from, its protobuf Metric fields by line)
+        self.pb_parts: list[tuple[bytes, list[bytes]]] = []
 
     def __len__(self) -> int:
         return 0 if self.table is None else self.table.count(self.index)
@@ -58,6 +66,29 @@ class TableFamily:
     def pieces(self) -> list[bytes]:
         """The body as its chunks' bytes, not joined (see RowTable.pieces)."""
         return [] if self.table is None else self.table.pieces(self.index)
+
+    def pb_body(self, transcode: Transcode) -> bytes:
+        """The protobuf form: each chunk's text transcoded line by line, again only where it
+        changed; each row's own labels are encoded once (`RowTable.pb_labels`)."""
+        table = self.table
+        if table is None:
+            return b""
+        parts, cache, kind = table.parts_of(self.index), self.pb_parts, self.metric.kind
+        if len(cache) > len(parts):
+            del cache[len(parts):]
+        for c, text in enumerate(parts):
+            if c < len(cache) and cache[c][0] is text:
+                continue
+            old_text, old = cache[c] if c < len(cache) else (b"", [])
+            blocks = [b for b, _ in table._chunk(c)]
+            heads = [self.prefix + b for b in blocks]
+            pb = transcode(kind, text, old_text, old, heads,
+                           lambda i, blocks=blocks: table.pb_labels(blocks[i]))
+            if c < len(cache):
+                cache[c] = (text, pb)
+            else:
+                cache.append((text, pb))
+        return b"".join(itertools.chain.from_iterable([pb for _, pb in cache]))
 
 
 class RowTable:
@@ -76,6 +107,9 @@ class RowTable:
         self.live: set[int] = set()  # chunks with a row some live column reads at scrape time
         # column -> chunk -> rendered bytes, and the number of series in it
         self.parts: list[list[bytes]] = [[] for _ in self.columns]
+        # label block -> its labels as protobuf LabelPair fields, once per row for every
+        # column's protobuf form (kept to about the rows there are)
+        self._pb_labels: dict[str, bytes] = {}
         self.sizes: list[list[int]] = [[] for _ in self.columns]
         self.totals = [0] * len(self.columns)
 
@@ -116,6 +150,16 @@ class RowTable:
             self.free.append(slot)
             self.dirty.add(slot >> SHIFT)
 
+    def pb_labels(self, block: str) -> bytes:
+        enc = self._pb_labels.get(block)
+        if enc is None:
+            from exporter.sinks.metrics.protobuf import encode_labels
+
+            if len(self._pb_labels) > 2 * len(self.slots) + CHUNK:
+                self._pb_labels.clear()  # rows gone since: start again
+            enc = self._pb_labels[block] = encode_labels(block[1:])
+        return enc
+
     def count(self, index: int) -> int:
         self.refresh()
         return self.totals[index]
@@ -127,12 +171,16 @@ class RowTable:
         """One column's chunks as they are now: references to immutable bytes, so the list is
         a consistent snapshot that costs no copy of the exposition (a scrape holds ~8 bytes a
         chunk instead of a joined family body; the server joins small groups as it writes)."""
+        return [p for p in self.parts_of(index) if p]
+
+    def parts_of(self, index: int) -> list[bytes]:
+        """A column's rendered chunks by chunk number, up to date (live ones rendered again)."""
         self.refresh()
         col, parts = self.columns[index], self.parts[index]
         if col.live is not None:
             for c in self.live:
                 parts[c] = col.render(self._chunk(c)).encode()
-        return [p for p in parts if p]
+        return parts
 
     def refresh(self) -> None:
         """Render every dirty chunk, all columns."""

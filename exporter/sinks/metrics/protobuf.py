@@ -1,0 +1,295 @@
+"""The protobuf exposition: delimited `io.prometheus.client.MetricFamily` messages.
+
+Hand-encoded: the wire format needs only varints, doubles and length prefixes, and no well-kept
+PyPI package ships the messages (prometheus-client-model and prometheus-metrics-proto are years
+old and predate native histograms); generated code would also build a message object per sample
+where we join cached bytes. tests/test_protobuf.py decodes the output with the official
+`protobuf` runtime against the messages of client_model's metrics.proto.
+
+Like the text path, each series keeps its encoded `Metric` (field 4 of its family, ready to
+join) and re-encodes it only when its text line was re-rendered (the line is the change token);
+per-object tables transcode each chunk's text once per change (`transcode_lines`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import struct
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from exporter.catalog import Kind, Metric
+from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.sinks.metrics.native import ZERO_THRESHOLD
+from exporter.sinks.traces.ids import trace_hex
+
+if TYPE_CHECKING:
+    from exporter.sinks.metrics.family import Registry
+    from exporter.sinks.metrics.series import HistogramSeries, Series
+
+PROCESS = "process"  # render_seconds' key of the extras (exposition.PROCESS)
+PROTOBUF_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+                 "encoding=delimited")
+
+# MetricType enum values.
+_TYPES = {Kind.COUNTER: 0, Kind.GAUGE: 1, Kind.INFO: 1, Kind.HISTOGRAM: 4}
+_pack_double = struct.Struct("<d").pack
+_SMALL = [bytes([i]) for i in range(128)]
+
+
+# Every varint below 2^14 (two bytes at most: any message length we write but a family's).
+_VARINTS = _SMALL + [bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(128, 1 << 14)]
+
+
+def varint(n: int) -> bytes:
+    if n < 16384:
+        return _VARINTS[n] if n >= 0 else varint(n + (1 << 64))  # int64: two's complement
+    out = bytearray()
+    while n >= 128:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def zigzag(n: int) -> int:
+    return n << 1 if n >= 0 else (-n << 1) - 1
+
+
+def field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field: its tag byte (field number << 3 | 2), length and payload."""
+    return _SMALL[tag] + varint(len(payload)) + payload
+
+
+@functools.lru_cache(maxsize=1024)
+def _label_names(names: tuple[str, ...]) -> tuple[bytes, ...]:
+    """Per label name: LabelPair.name and the tag of LabelPair.value, encoded once."""
+    return tuple(field(0x0A, n.encode()) + b"\x12" for n in names)
+
+
+def label_pairs(names: tuple[str, ...], values: tuple[str, ...]) -> bytes:
+    """Metric.label (field 1), one LabelPair each."""
+    parts = []
+    for nf, v in zip(_label_names(names), values, strict=True):
+        ve = v.encode()
+        n = len(ve)
+        if n + len(nf) < 127:  # nearly always: both lengths fit one byte
+            parts.append(b"\x0a" + _SMALL[len(nf) + 1 + n] + nf + _SMALL[n] + ve)
+        else:
+            parts.append(field(0x0A, nf + varint(n) + ve))
+    return b"".join(parts)
+
+
+def rescale(old: bytes, v: float) -> bytes:
+    """A counter or gauge Metric encoded by `scalar_metric` with a new value: its double is the
+    last 8 bytes, so a change costs a slice (what keeps a 1% change cheap at 1M series)."""
+    return old[:-8] + _pack_double(v)
+
+
+def _value(tag: int, v: float) -> bytes:
+    """A Gauge/Counter/Untyped message (field 1: double) as field `tag` of Metric."""
+    return _SMALL[tag] + b"\x09\x09" + _pack_double(v)
+
+
+def scalar_metric(kind: Kind, labels: bytes, v: float) -> bytes:
+    """A counter or gauge series as MetricFamily.metric (field 4)."""
+    return field(0x22, labels + _value(0x1A if kind is Kind.COUNTER else 0x12, v))
+
+
+def _exemplar(e: tuple[str, str, int, str]) -> bytes:
+    w, uid, ns, at = e
+    msg = field(0x0A, field(0x0A, b"trace_id") + field(0x12, trace_hex(w, uid).encode()))
+    msg += b"\x11" + _pack_double(ns / 1e9)
+    if at:
+        try:
+            s, frac = divmod(parse_rfc3339_ns(at), 1_000_000_000)
+        except ValueError:
+            pass
+        else:
+            msg += field(0x1A, b"\x08" + varint(s) + (b"\x10" + varint(frac) if frac else b""))
+    return msg
+
+
+def histogram_metric(labels: bytes, s: HistogramSeries) -> bytes:
+    """A histogram series: count, sum, the classic cumulative buckets (the +Inf one implied by
+    the count, as client_golang does) with their exemplars, and the native buckets if any."""
+    h = [b"\x08", varint(s.count), b"\x11", _pack_double(s.sum_ns / 1e9)]
+    acc = 0
+    ex = s.ex
+    for i, ub in enumerate(s.family.metric.buckets):
+        acc += s.counts[i]
+        b = b"\x08" + varint(acc) + b"\x11" + _pack_double(ub)
+        if ex is not None and ex[i] is not None:
+            b += field(0x1A, _exemplar(ex[i]))  # type: ignore[arg-type]
+        h.append(field(0x1A, b))
+    nb = s.native
+    if nb is not None:
+        h += [b"\x28", varint(zigzag(nb.schema)), b"\x31", _pack_double(ZERO_THRESHOLD),
+              b"\x38", varint(nb.zero_count)]
+        spans, deltas = nb.spans()
+        for off, n in spans:
+            h.append(field(0x62, b"\x08" + varint(zigzag(off)) + b"\x10" + varint(n)))
+        if deltas:
+            h.append(field(0x6A, b"".join([varint(zigzag(d)) for d in deltas])))
+    return field(0x22, labels + field(0x3A, b"".join(h)))
+
+
+def series_metric(m: Metric, values: tuple[str, ...], s: Series | HistogramSeries) -> bytes:
+    labels = label_pairs(m.labels, values)
+    if m.kind is Kind.HISTOGRAM:
+        return histogram_metric(labels, s)  # type: ignore[arg-type]
+    return scalar_metric(m.kind, labels, s.value)  # type: ignore[union-attr]
+
+
+def family_header(m: Metric) -> bytes:
+    """MetricFamily name, help and type: the sample name is the family name, as in text."""
+    return field(0x0A, m.name.encode()) + field(0x12, m.help.encode()) + b"\x18" + \
+        varint(_TYPES[m.kind])
+
+
+# -- per-object tables: their chunks' text lines, transcoded once per change -------------------
+
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
+_UNESCAPE = re.compile(r"\\(.)")
+# `name="value"` -> its encoded LabelPair field: label values repeat across a table's families
+# and, for live columns, across scrapes. Cleared when full, so it stays bounded.
+_PAIRS: dict[str, bytes] = {}
+_PAIRS_MAX = 1 << 15
+# A table line's part after its row's labels (`,activity="idle"} 1`), per Metric field tag, as
+# its encoded extra labels and value.
+_TAILS: dict[int, dict[str, bytes]] = {0x12: {}, 0x1A: {}}
+
+
+def _unescape(v: str) -> str:
+    return _UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
+
+
+def _pair(text: str) -> bytes:
+    """`name="value"` (no backslash in it) as Metric.label's LabelPair field."""
+    enc = _PAIRS.get(text)
+    if enc is None:
+        name, _, value = text.partition('="')
+        enc = label_pairs((name,), (value[:-1],))
+        if len(_PAIRS) >= _PAIRS_MAX:
+            _PAIRS.clear()
+        _PAIRS[text] = enc
+    return enc
+
+
+def encode_labels(block: str) -> bytes:
+    """The inside of a text label block (`a="x",b="y"`) as Metric.label fields."""
+    return _labels(block)
+
+
+def _labels(block: str) -> bytes:
+    """The inside of a text label block as Metric.label fields."""
+    if "\\" not in block:  # nearly always; then no value holds a quote, so `",` splits pairs
+        parts = block.split('",')
+        last = len(parts) - 1
+        return b"".join([_pair(p if i == last else p + '"') for i, p in enumerate(parts)])
+    found = _LABEL.findall(block)
+    return label_pairs(tuple(n for n, _ in found), tuple(_unescape(v) for _, v in found))
+
+
+def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
+                    old: Sequence[bytes] = (), heads: Sequence[str] = (),
+                    head_labels: Callable[[int], bytes] | None = None) -> list[bytes]:
+    """Text exposition sample lines of one counter or gauge family as MetricFamily.metric
+    fields, one per line (the per-object tables keep only their text).
+
+    `old_text` and `old`: the chunk's previous text and its transcoding; a line unchanged at its
+    place is not parsed again (a changed row leaves the chunk's other rows as they were, and a
+    live column's rows without an age are the same at every scrape). `heads`: the chunk's rows'
+    line starts in order (`name{a="x",b="y"`), whose labels `head_labels(i)` gives encoded: a
+    line then needs only its own few labels and value parsed (rows a column skips are passed)."""
+    tag = 0x1A if kind is Kind.COUNTER else 0x12
+    tails = _TAILS[tag]
+    lines = text.decode().split("\n")  # not splitlines(): values may hold \x1c, \u2028...
+    prev = old_text.decode().split("\n") if old else []
+    out = []
+    j, nh = 0, len(heads)
+    for i, line in enumerate(lines[:-1]):
+        if i < len(old) and prev[i] == line:
+            out.append(old[i])
+            continue
+        while j < nh and not line.startswith(heads[j]):
+            j += 1
+        if j < nh and head_labels is not None:
+            rest = line[len(heads[j]):]  # `,c="z"} 1` or `} 0`: few distinct ones a column
+            tail = tails.get(rest)
+            if tail is None:
+                extra, _, value = rest.rpartition(" ")
+                tail = (_labels(extra[1:-1]) if len(extra) > 1 else b"") + \
+                    _value(tag, float(value))
+                if len(tails) >= _PAIRS_MAX:
+                    tails.clear()
+                tails[rest] = tail
+            out.append(field(0x22, head_labels(j) + tail))
+            j += 1
+            continue
+        head, _, value = line.rpartition(" ")
+        brace = head.find("{")
+        labels = _labels(head[brace + 1:-1]) if brace >= 0 else b""
+        out.append(field(0x22, labels + _value(tag, float(value))))
+    return out
+
+
+def render(registry: Registry) -> Iterator[bytes]:
+    """The exposition in pieces: each family's length prefix and header, then its metrics,
+    timed by catalog group as the text render is. Families without series are left out (a
+    MetricFamily must hold a metric). The extras (prometheus_client's process collectors) are
+    transcoded from their text."""
+    from exporter.sinks.metrics.family import Family
+
+    seconds = registry.render_seconds
+    seconds.clear()
+    clock = time.perf_counter
+    for fam in registry.visible():
+        t = clock()
+        body = fam.pb_body() if isinstance(fam, Family) else fam.pb_body(transcode_lines)
+        group = fam.metric.group
+        seconds[group] = seconds.get(group, 0.0) + clock() - t
+        if body:
+            head = family_header(fam.metric)
+            yield varint(len(head) + len(body)) + head
+            yield body
+    for extra in registry.extras:
+        t = clock()
+        body = transcode_families(extra.render(False))
+        seconds[PROCESS] = seconds.get(PROCESS, 0.0) + clock() - t
+        yield body
+
+
+# prometheus_client's family types -> MetricType, and the Metric field of their values.
+_PARSED_TYPES = {"counter": (0, 0x1A), "gauge": (1, 0x12), "info": (1, 0x12),
+                 "untyped": (3, 0x2A), "unknown": (3, 0x2A)}
+
+
+def transcode_families(text: bytes) -> bytes:
+    """A whole text exposition of counters, gauges and untyped samples (the standard process
+    metrics) as delimited MetricFamily messages, one per sample name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = []
+    for fam in text_string_to_metric_families(text.decode()):
+        mtype, tag = _PARSED_TYPES.get(fam.type, (3, 0x2A))
+        by_name: dict[str, list[bytes]] = {}
+        for smp in fam.samples:
+            names = tuple(smp.labels)
+            labels = label_pairs(names, tuple(smp.labels[n] for n in names))
+            kind_tag = tag if smp.name.endswith("_total") or fam.type != "counter" else 0x2A
+            by_name.setdefault(smp.name, []).append(
+                field(0x22, labels + _SMALL[kind_tag] + b"\x09\x09" + _pack_double(smp.value)))
+        for name, metrics in by_name.items():
+            t = mtype if not (fam.type == "counter" and not name.endswith("_total")) else 3
+            head = field(0x0A, name.encode()) + field(0x12, fam.documentation.encode()) + \
+                b"\x18" + varint(t)
+            body = b"".join(metrics)
+            out.append(varint(len(head) + len(body)) + head + body)
+    return b"".join(out)
+
+
+def render_bytes(registry: Registry) -> bytes:
+    return b"".join(render(registry))
