@@ -1,7 +1,8 @@
 """`python -m alerts`: regenerate alerts/rules/*.yaml and alerts/tests/*.yaml.
 
 With `--output DIR`, write only the rule files into DIR instead: rules for an installation
-that hosts its runbooks elsewhere (`--runbook-base`), leaving the checked-in files alone.
+that hosts its runbooks elsewhere (`--runbook-base`), or whose Prometheus scrapes native
+histograms (`--native-histograms`), leaving the checked-in files alone.
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path,
                         help="write only the rule files, into this directory")
+    parser.add_argument("--native-histograms", action="store_true",
+                        help="with --output: quantile and SLO rules over native histograms "
+                        "(the rules of alerts/rules/native/)")
     args = parser.parse_args(argv)
     try:
-        config = replace(DEFAULT_CONFIG, runbook_base=check_runbook_base(args.runbook_base))
+        config = replace(DEFAULT_CONFIG, runbook_base=check_runbook_base(args.runbook_base),
+                         native_histograms=args.native_histograms)
     except ValueError as e:
         print(f"python -m alerts: --runbook-base: {e}", file=sys.stderr)
         return 2
@@ -40,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
             print(args.output / name)
         return 0
     if config != DEFAULT_CONFIG:
-        print("python -m alerts: --runbook-base without --output would make the checked-in "
-              "rules differ from alerts/config.py; give --output DIR", file=sys.stderr)
+        print("python -m alerts: --runbook-base or --native-histograms without --output would "
+              "make the checked-in rules differ from alerts/config.py; give --output DIR",
+              file=sys.stderr)
         return 2
     for path in render.write(config):
         print(path.relative_to(render.ROOT.parent))

@@ -7,6 +7,7 @@ the rules were built from.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -32,8 +33,9 @@ def check_runbook_base(url: str) -> str:
 class SLO:
     """`objective` of observations of the SLO's histogram finish within `threshold` seconds.
 
-    The threshold must be a bucket boundary of the histogram (checked on construction): only
-    bounds have a `_bucket{le=...}` series to count good observations from.
+    With classic histograms the threshold must be a bucket boundary (checked by `Config`): only
+    bounds have a `_bucket{le=...}` series to count good observations from. With native
+    histograms (`Config.native_histograms`) any threshold works.
     """
 
     key: str
@@ -45,7 +47,8 @@ class SLO:
             raise ValueError(f"unknown SLO {self.key}; have {sorted(recording.SLO_HISTOGRAMS)}")
         if not 0 < self.objective < 1:
             raise ValueError(f"SLO objective must be in (0, 1), got {self.objective}")
-        recording.check_bucket_boundary(self.histogram, self.threshold)
+        if not self.threshold > 0:
+            raise ValueError(f"SLO threshold must be > 0 s, got {self.threshold}")
 
     @property
     def histogram(self) -> str:
@@ -137,9 +140,16 @@ class Config:
     # Base of every alert's runbook_url: where docs/runbooks.md is published (see above).
     # Installations that host their own copy set it (`python -m alerts --runbook-base`).
     runbook_base: str = DEFAULT_RUNBOOK_BASE
+    # The switch: quantile and SLO rules (and dashboards) over native histograms (Prometheus
+    # scraping with --enable-feature=native-histograms), where SLO thresholds need not be
+    # bucket boundaries. Off: classic `_bucket` series, thresholds on bucket boundaries.
+    native_histograms: bool = False
 
     def __post_init__(self) -> None:
         check_runbook_base(self.runbook_base)
+        if not self.native_histograms:
+            for s in self.slos:
+                recording.check_bucket_boundary(s.histogram, s.threshold)
 
     def slo(self, key: str) -> SLO:
         for s in self.slos:
@@ -149,3 +159,6 @@ class Config:
 
 
 DEFAULT_CONFIG = Config()
+# The native-histogram rules shipped beside the classic ones (alerts/rules/native/): the same
+# objectives and thresholds, read from native histograms.
+NATIVE_CONFIG = dataclasses.replace(DEFAULT_CONFIG, native_histograms=True)

@@ -125,17 +125,21 @@ def check_bucket_boundary(histogram: str, threshold: float) -> str:
     return le_value(threshold)
 
 
-def _quantile_rules(cl: str = CLUSTER_LABEL) -> Iterable[RecordingRule]:
+def _quantile_rules(cl: str = CLUSTER_LABEL, native: bool = False) -> Iterable[RecordingRule]:
+    """Native histograms: the same names, from the histogram series itself (no `_bucket`/`le`,
+    no `_count`): `histogram_quantile` reads its exponential buckets."""
     for h in QUANTILE_HISTOGRAMS:
         yield RecordingRule(
             rate_name(h),
-            f"sum by ({cl}, workload) (rate({h}_count[{WINDOW}]))",
+            f"histogram_count(sum by ({cl}, workload) (rate({h}[{WINDOW}])))" if native
+            else f"sum by ({cl}, workload) (rate({h}_count[{WINDOW}]))",
             "zaroz-quantiles",
         )
         for key, q in QUANTILES.items():
             yield RecordingRule(
                 quantile_name(h, key),
-                f"histogram_quantile({q}, sum by ({cl}, workload, le) "
+                f"histogram_quantile({q}, sum by ({cl}, workload) (rate({h}[{WINDOW}])))"
+                if native else f"histogram_quantile({q}, sum by ({cl}, workload, le) "
                 f"(rate({h}_bucket[{WINDOW}])))",
                 "zaroz-quantiles",
             )
@@ -181,30 +185,42 @@ def _ratio_rules(cl: str = CLUSTER_LABEL) -> Iterable[RecordingRule]:
     )
 
 
-def slo_rules(slo: str, threshold: float, cl: str = CLUSTER_LABEL) -> list[RecordingRule]:
+def slo_rules(slo: str, threshold: float, cl: str = CLUSTER_LABEL,
+              native: bool = False) -> list[RecordingRule]:
     """Error ratios of one SLO over every SLO window (1 - share of observations <= threshold).
 
-    `clamp_min(..., 0)` guards against the bucket and count series being scraped a hair apart.
+    Classic: the threshold must be a bucket bound; `clamp_min(..., 0)` guards against the bucket
+    and count series being scraped a hair apart. Native: any threshold, through
+    `histogram_fraction(0, threshold, ...)` (interpolated within the one native bucket holding
+    the threshold), for workloads with observations in the window.
     """
     h = SLO_HISTOGRAMS[slo]
-    le = check_bucket_boundary(h, threshold)
+    if native:
+        if not threshold > 0:
+            raise ValueError(f"SLO threshold must be > 0 s, got {threshold}")
+        t = le_value(threshold)
+    else:
+        le = check_bucket_boundary(h, threshold)
     out = []
     for w in SLO_WINDOWS:
-        good = f'sum by ({cl}, workload) (rate({h}_bucket{{le="{le}"}}[{w}]))'
-        total = f"sum by ({cl}, workload) (rate({h}_count[{w}]))"
-        out.append(
-            RecordingRule(
-                slo_error_ratio_name(slo, w),
-                f"clamp_min(1 - ({good} / ({total} > 0)), 0)",
-                f"zaroz-slo-{slo.replace('_', '-')}",
-            )
-        )
+        if native:
+            rate = f"sum by ({cl}, workload) (rate({h}[{w}]))"
+            expr = (f"clamp_min(1 - histogram_fraction(0, {t}, {rate}), 0)\n"
+                    f"and on ({cl}, workload) histogram_count({rate}) > 0")
+        else:
+            good = f'sum by ({cl}, workload) (rate({h}_bucket{{le="{le}"}}[{w}]))'
+            total = f"sum by ({cl}, workload) (rate({h}_count[{w}]))"
+            expr = f"clamp_min(1 - ({good} / ({total} > 0)), 0)"
+        out.append(RecordingRule(slo_error_ratio_name(slo, w), expr,
+                                 f"zaroz-slo-{slo.replace('_', '-')}"))
     return out
 
 
 def recording_rules(slo_thresholds: dict[str, float] | None = None,
-                    cluster_label: str = CLUSTER_LABEL) -> list[RecordingRule]:
-    """Every recording rule, in file order. `slo_thresholds` maps SLO key to seconds.
+                    cluster_label: str = CLUSTER_LABEL,
+                    native: bool = False) -> list[RecordingRule]:
+    """Every recording rule, in file order. `slo_thresholds` maps SLO key to seconds; `native`:
+    quantiles and SLO ratios from native histograms (same record names).
 
     Defaults come from `alerts.config` so dashboards calling this get the shipped rules.
     """
@@ -212,9 +228,9 @@ def recording_rules(slo_thresholds: dict[str, float] | None = None,
         from alerts.config import DEFAULT_CONFIG
 
         slo_thresholds = {s.key: s.threshold for s in DEFAULT_CONFIG.slos}
-    rules = [*_quantile_rules(cluster_label), *_ratio_rules(cluster_label)]
+    rules = [*_quantile_rules(cluster_label, native), *_ratio_rules(cluster_label)]
     for slo, threshold in slo_thresholds.items():
-        rules.extend(slo_rules(slo, threshold, cluster_label))
+        rules.extend(slo_rules(slo, threshold, cluster_label, native))
     return rules
 
 

@@ -13,8 +13,10 @@ excess is removed by the one normalising step, `normalise`, which is documented 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import attr
@@ -47,6 +49,25 @@ CLUSTER_LABEL = recording.CLUSTER_LABEL
 CLUSTER = f'=~"${CLUSTER_VAR}"'
 # Where the overview page is when nobody set the variable: the demo, or a port-forward.
 EXPORTER_URL = "http://localhost:9817"
+
+# The switch (alerts.config.Config.native_histograms): dashboards built inside `native()` read
+# the latency histograms as native histograms (heatmaps and raw quantiles from the histogram
+# series itself); recorded quantiles keep their names, the native rules record them.
+_NATIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("native", default=False)
+NATIVE_SUFFIX = "-native"
+
+
+@contextlib.contextmanager
+def native() -> Iterator[None]:
+    token = _NATIVE.set(True)
+    try:
+        yield
+    finally:
+        _NATIVE.reset(token)
+
+
+def is_native() -> bool:
+    return _NATIVE.get()
 
 # Label matchers for the template variables (regex: multi-value and All expand to alternations).
 WORKLOAD = f'=~"${WORKLOAD_VAR}"'
@@ -93,6 +114,19 @@ def select(name: str, suffix: str = "", **matchers: str) -> str:
     return f"{name}{suffix}{{{inner}}}" if inner else f"{name}{suffix}"
 
 
+def native_histogram(name: str, **matchers: str) -> str:
+    """A native histogram series, `name{...}` (no suffix, no `le`), checked like `select`."""
+    m = catalog.get(name)
+    if m.kind is not catalog.Kind.HISTOGRAM:
+        raise ValueError(f"{name} ({m.kind}) is not a histogram")
+    unknown = set(matchers) - set(m.labels)
+    if unknown:
+        raise ValueError(f"{name} has no label(s) {sorted(unknown)}; it has {m.labels}")
+    matchers = {CLUSTER_LABEL: CLUSTER, **matchers}  # as select() does
+    inner = ", ".join(f"{k}{v}" for k, v in matchers.items())
+    return f"{name}{{{inner}}}"
+
+
 def recorded(name: str, **matchers: str) -> str:
     """A recording rule's series, refusing names `alerts.recording` does not record."""
     if name not in recording.recording_names():
@@ -122,10 +156,13 @@ def rate(series: str) -> str:
     return f"rate({series}[{RATE}])"
 
 
-def quantile_raw(q: float, histogram: str, by: Sequence[str], **matchers: str) -> str:
+def quantile_raw(q: float, name: str, by: Sequence[str], **matchers: str) -> str:
     """`histogram_quantile` over a histogram's buckets, for quantiles no recording rule keeps."""
+    if is_native():
+        return (f"histogram_quantile({q}, sum by ({', '.join(by)}) "
+                f"({rate(native_histogram(name, **matchers))}))")
     labels = ", ".join([*by, "le"])
-    bucket = select(histogram, "_bucket", **matchers)
+    bucket = select(name, "_bucket", **matchers)
     return f"histogram_quantile({q}, sum by ({labels}) ({rate(bucket)}))"
 
 
@@ -296,7 +333,24 @@ def timeseries(
 def heatmap(
     title: str, description: str, histogram: str, unit: str = "s", **matchers: str
 ) -> Heatmap:
-    """Observations per bucket per interval, with exemplars (the unit's trace) on top."""
+    """Observations per bucket per interval, with exemplars (the unit's trace) on top. Native:
+    the summed native histogram itself, which Grafana (10+) draws at its own resolution; no
+    exemplars (Prometheus 2.42 keeps none for native histograms)."""
+    if is_native():
+        return Heatmap(
+            title=title,
+            description=description,
+            dataSource=PROMETHEUS,
+            unit=unit,
+            maxDataPoints=60,
+            targets=[
+                PromTarget(
+                    expr=f"sum(increase({native_histogram(histogram, **matchers)}[{RATE}]))",
+                    format="heatmap",
+                    refId="A",
+                )
+            ],
+        )
     bucket = select(histogram, "_bucket", **matchers)
     return Heatmap(
         title=title,
@@ -542,6 +596,9 @@ def dashboard(
     title: str, uid: str, description: str, sections: Sequence[Section], workload_source: str
 ) -> g.Dashboard:
     """A zaroz dashboard: shared variables, links to its siblings, stable uid and panel ids."""
+    own = uid  # siblings are the classic dashboards (only this one has a native variant)
+    if is_native():
+        title, uid = f"{title} (native histograms)", uid + NATIVE_SUFFIX
     return g.Dashboard(
         title=title,
         uid=uid,
@@ -557,7 +614,7 @@ def dashboard(
         links=[
             *(g.DashboardLink(title=t, type="link", uri=f"/d/{u}", includeVars=True,
                               keepTime=True, icon="dashboard")
-              for u, t in SIBLINGS if u != uid),
+              for u, t in SIBLINGS if u != own),
             g.DashboardLink(title="Exporter overview", type="link", keepTime=False,
                             uri=f"${{{EXPORTER_VAR}}}/", targetBlank=True,
                             icon="external link", tooltip="The exporter's own page"),

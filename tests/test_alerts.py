@@ -35,7 +35,8 @@ def test_generated_files_are_current() -> None:
     ]
     assert not stale, f"run `python -m alerts`; stale: {stale}"
     expected = set(render.all_files())
-    extra = {p for d in (render.RULES_DIR, render.TESTS_DIR) for p in d.glob("*.yaml")} - expected
+    extra = {p for d in (render.RULES_DIR, render.NATIVE_RULES_DIR, render.TESTS_DIR)
+             for p in d.glob("*.yaml")} - expected
     assert not extra, f"not generated, remove: {sorted(map(str, extra))}"
 
 
@@ -141,9 +142,33 @@ def test_every_alert_test_covers_silence_and_firing() -> None:
 )
 def test_slo_threshold_must_be_a_bucket_boundary(key: str, threshold: float) -> None:
     with pytest.raises(ValueError, match="not a bucket boundary"):
-        SLO(key, 0.99, threshold)
+        Config(slos=(SLO(key, 0.99, threshold),))
     with pytest.raises(ValueError, match="not a bucket boundary"):
         recording.slo_rules(key, threshold)
+
+
+@pytest.mark.parametrize(
+    ("key", "threshold"), [("readiness", 45.0), ("readiness", 0.2), ("allocation_ack", 0.3)]
+)
+def test_native_slo_takes_any_threshold(key: str, threshold: float) -> None:
+    """The one switch: native histograms, any threshold, through histogram_fraction."""
+    slos = tuple(SLO(k, 0.99, threshold) if k == key else DEFAULT_CONFIG.slo(k)
+                 for k in recording.SLO_HISTOGRAMS)
+    cfg = Config(slos=slos, native_histograms=True)
+    text = render.rule_files(cfg)["recording.yaml"]
+    h = recording.SLO_HISTOGRAMS[key]
+    assert f"histogram_fraction(0, {recording.le_value(threshold)}, sum by (cluster, workload) " \
+           f"(rate({h}[1h])))" in text
+    assert "_bucket" not in text and "_count[" not in text
+    assert "histogram_quantile(0.99, sum by (cluster, workload) " \
+        "(rate(zaroz_unit_ready_seconds[5m])))" in text
+    # Same record names as the classic rules: alerts and dashboards read either.
+    classic = yaml.safe_load(render.rule_files(DEFAULT_CONFIG)["recording.yaml"])
+    native = yaml.safe_load(text)
+    names = [[r["record"] for r in g["rules"]] for g in classic["groups"]]
+    assert [[r["record"] for r in g["rules"]] for g in native["groups"]][:len(names)] == names
+    with pytest.raises(ValueError):
+        SLO(key, 0.99, 0.0)
 
 
 def test_slo_threshold_on_a_boundary_is_used() -> None:
@@ -212,3 +237,13 @@ def test_burn_rate_pairs_are_configurable() -> None:
     assert [(a.for_, a.extra_labels) for a in burns] == [("10s", {"long": "1h", "short": "5m"})]
     with pytest.raises(ValueError, match="window"):
         BurnRate("2d", "5m", 1.0, "1h", "warning")
+
+
+def test_output_native_histograms_writes_the_native_rules(tmp_path: Path) -> None:
+    from alerts.__main__ import main as alerts_main
+
+    assert alerts_main(["--output", str(tmp_path), "--native-histograms"]) == 0
+    for name in render.RULE_FILES:
+        assert (tmp_path / name).read_text() == (render.NATIVE_RULES_DIR / name).read_text()
+    assert "histogram_fraction(0, 60," in (tmp_path / "recording.yaml").read_text()
+    assert alerts_main(["--native-histograms"]) == 2  # would rewrite the checked-in rules

@@ -21,6 +21,8 @@ def _run(*cmd: str, cwd: Path = ROOT) -> None:
 def test_promtool_check_rules() -> None:
     promtool = require("promtool")
     _run(promtool, "check", "rules", *(str(render.RULES_DIR / n) for n in render.RULE_FILES))
+    _run(promtool, "check", "rules",
+         *(str(render.NATIVE_RULES_DIR / n) for n in render.RULE_FILES))
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in render.TESTS_DIR.glob("*.yaml")))

@@ -58,9 +58,13 @@ def test_checked_in_json_is_what_the_code_generates() -> None:
 def test_check_mode_reports_a_hand_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, data in GENERATED.items():
         (tmp_path / name).write_text(lib.dumps(data))
+    (tmp_path / "native").mkdir()
+    for name, data in dashboards.generate_native().items():
+        (tmp_path / "native" / name).write_text(lib.dumps(data))
+    monkeypatch.setattr(dashboards.__main__, "JSON_DIR", tmp_path)
+    assert dashboards_main(["--check"]) == 0
     edited = next(iter(GENERATED))
     (tmp_path / edited).write_text((tmp_path / edited).read_text().replace("30s", "10s"))
-    monkeypatch.setattr(dashboards.__main__, "JSON_DIR", tmp_path)
     assert dashboards_main(["--check"]) == 1
 
 
@@ -286,3 +290,42 @@ def test_normalising_drops_only_nulls_and_documented_keys() -> None:
         for path, value in dropped:
             key = path.rsplit(".", 1)[-1]
             assert value is None or key in documented, f"{uid}: normalise dropped {path}"
+
+
+NATIVE = dashboards.generate_native()
+
+
+def test_native_dashboards_are_checked_in_and_read_native_histograms() -> None:
+    on_disk = {p.name: p.read_text() for p in dashboards.NATIVE_DIR.glob("*.json")}
+    assert set(on_disk) == set(NATIVE) == {"zaroz-units-native.json"}, "run python -m dashboards"
+    for name, data in NATIVE.items():
+        assert on_disk[name] == lib.dumps(data), f"{name} is stale: run python -m dashboards"
+        assert data["uid"] == name.removesuffix(".json") and "native" in data["title"]
+    histograms = {m.name for m in catalog.METRICS if m.kind is catalog.Kind.HISTOGRAM}
+    allowed = _allowed_names() | histograms
+    classic = {f"{h}{x}" for h in histograms for x in ("_bucket", "_count", "_sum")}
+    heatmaps = 0
+    for name, dash in NATIVE.items():
+        for title, t in _targets(dash):
+            names = promql.metric_names(t["expr"])
+            assert names and names <= allowed, (name, title, names - allowed)
+            # no classic bucket series anywhere: a native-only Prometheus has none
+            assert not names & classic, (name, title, t["expr"])
+        for p in _panels(dash):
+            if p["type"] == "heatmap":
+                heatmaps += 1
+                (t,) = p["targets"]
+                assert t["format"] == "heatmap" and promql.metric_names(t["expr"]) <= histograms
+    assert heatmaps == 2
+    # The classic dashboards never read a bare histogram name (a classic Prometheus has none).
+    for name, _, t in _all():
+        assert not promql.metric_names(t["expr"]) & histograms, (name, t["expr"])
+
+
+def test_native_expressions_parse_with_promtool(tmp_path: Path) -> None:
+    promtool = require("promtool")
+    exprs = [t["expr"] for dash in NATIVE.values() for _, t in _targets(dash)]
+    path = tmp_path / "native.rules.yml"
+    path.write_text(_promtool_rules(exprs))
+    res = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -27,7 +27,8 @@ SCHEMA_DIR = Path(dashboards.__file__).resolve().parent / "schema"
 NODE_MODULES = SCHEMA_DIR / "node_modules"
 TYPES = NODE_MODULES / "@grafana/schema/dist/types/raw/dashboard/x/types.gen.d.ts"
 GENERATOR = NODE_MODULES / "ts-json-schema-generator/bin/ts-json-schema-generator.js"
-GENERATED = dashboards.generate()
+GENERATED = {**dashboards.generate(),
+             **{f"native/{n}": d for n, d in dashboards.generate_native().items()}}
 
 
 def _missing(msg: str) -> None:

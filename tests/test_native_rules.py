@@ -1,0 +1,158 @@
+"""The native-histogram SLO rules at a threshold that is no classic bucket boundary (45 s: the
+readiness buckets have 30 and 60), on a real Prometheus 2.42 with native histograms.
+
+promtool 2.42 cannot write native histogram input series (`promtool test rules` fails with
+"unexpected character in series sequence: '{'"), so these are the promtool-style cases run on
+the real server instead: an in-process exporter observes a fixed mix every tick, Prometheus
+scrapes it and evaluates the generated rules each second, and the test reads the recorded error
+ratios and the ALERTS series. The burn-rate pairs' windows (5m..3d) hold only the test's
+seconds of data, which a ratio of rates does not mind.
+
+Per tick: `burning` has 3 of 10 readinesses at 50 s (30% slower than 45 s: the fast burn, 14.4x
+a 1% budget, fires; classic buckets could only count them against 60 s, where they are good);
+`edge` has every one at 40 s (between the 30 s bound and the threshold: good, no alert); `fine`
+has one at 50 s in 250 (0.4%: below every pair's burn factor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from alerts import recording, render
+from alerts.config import DEFAULT_CONFIG, SLO, Config
+from exporter.server import MetricsServer, start_site
+from exporter.sinks.metrics.family import Registry
+from tests.components import require
+
+THRESHOLD = 45.0
+CONFIG = Config(slos=(SLO("readiness", 0.99, THRESHOLD), DEFAULT_CONFIG.slo("allocation_ack")),
+                native_histograms=True)
+READY = "zaroz_unit_ready_seconds"
+NS = 1_000_000_000
+# workload -> one tick's readiness observations, seconds
+MIX: dict[str, Callable[[int], list[float]]] = {
+    "burning": lambda tick: [10.0] * 7 + [50.0] * 3,
+    "edge": lambda tick: [40.0] * 10,
+    "fine": lambda tick: [10.0] * 25 + ([50.0] if tick % 10 == 0 else []),
+}
+
+
+def test_45s_is_not_a_classic_boundary():
+    with pytest.raises(ValueError, match="not a bucket boundary"):
+        Config(slos=CONFIG.slos)
+
+
+class Prometheus:
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session, self.base = session, base
+
+    async def result(self, expr: str) -> list[dict[str, Any]]:
+        async with self.session.get(f"{self.base}/api/v1/query", params={"query": expr}) as r:
+            body = await r.json()
+        assert body["status"] == "success", (expr, body)
+        return body["data"]["result"]
+
+    async def until(self, what: str, cond: Callable[[], Any], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                if await cond():
+                    return
+            await asyncio.sleep(0.5)
+        pytest.fail(f"timed out waiting for {what}")
+
+
+async def _observe(registry: Registry) -> None:
+    fam = registry[READY]
+    tick = 0
+    while True:
+        for wl, mix in MIX.items():
+            s = fam.labels(wl)
+            for v in mix(tick):
+                s.observe_ns(int(v * NS))  # type: ignore[union-attr]
+        tick += 1
+        await asyncio.sleep(0.5)
+
+
+async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
+    prometheus = require("prometheus")
+    registry = Registry()
+    for wl in MIX:
+        registry[READY].labels(wl)
+    runner, url = await start_site(MetricsServer(registry).app, "127.0.0.1:0")
+    feeder = asyncio.create_task(_observe(registry))
+    with tempfile.TemporaryDirectory(prefix="zaroz-native-rules-") as tmp:
+        files = []
+        for name, text in render.rule_files(CONFIG).items():
+            (Path(tmp) / name).write_text(text)
+            files.append(str(Path(tmp) / name))
+        cfg = Path(tmp) / "prometheus.yml"
+        cfg.write_text(json.dumps({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": files,
+            "scrape_configs": [{"job_name": "zaroz-exporter", "static_configs": [
+                {"targets": [url.removeprefix("http://")]}]}],
+        }))
+        port = await _port()
+        proc = subprocess.Popen(
+            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+             "--enable-feature=native-histograms"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            async with aiohttp.ClientSession() as session:
+                p = Prometheus(session, f"http://127.0.0.1:{port}")
+                ratio = recording.slo_error_ratio_name("readiness", "5m")
+                await p.until("error ratios of all three workloads, fine's above 0 (its slow "
+                              "ones come every 10th tick)",
+                              lambda: _has(p, f'{ratio} > 0 or {ratio}{{workload!="fine"}}', 3),
+                              60)
+                got = {r["metric"]["workload"]: float(r["value"][1])
+                       for r in await p.result(ratio)}
+                assert got["burning"] == pytest.approx(0.3, abs=1e-9)
+                assert got["edge"] == pytest.approx(0.0, abs=1e-9)
+                assert 0 < got["fine"] < 0.01
+                await p.until("the fast burn alert", lambda: _has(
+                    p, 'ALERTS{alertname="ZarozReadinessBudgetBurn",long="1h"}', 1), 30)
+                alerts = await p.result('ALERTS{alertname="ZarozReadinessBudgetBurn"}')
+                assert {a["metric"]["workload"] for a in alerts} == {"burning"}, alerts
+                # The native quantile records answer too: p50 of `edge` is in 40 s's bucket.
+                p50 = await p.result(
+                    f'{recording.quantile_name(READY, "p50")}{{workload="edge"}}')
+                assert 40 / 2 ** (1 / 8) < float(p50[0]["value"][1]) <= 40 * 2 ** (1 / 8)
+                # Every generated rule evaluates without error.
+                async with session.get(f"{p.base}/api/v1/rules") as r:
+                    groups = (await r.json())["data"]["groups"]
+                bad = [(x["name"], x.get("lastError")) for g in groups for x in g["rules"]
+                       if x["health"] != "ok"]
+                assert not bad, bad
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            feeder.cancel()
+            await runner.cleanup()
+
+
+async def _has(p: Prometheus, expr: str, n: int) -> bool:
+    return len(await p.result(expr)) >= n
+
+
+async def _port() -> int:
+    from tests.test_prometheus_integration import _free_port
+
+    return _free_port()
