@@ -10,8 +10,8 @@ import sys
 
 from bench._common import ROOT, child_env
 
-BENCHMARKS = ("replay", "report", "scrape", "cluster", "webhook", "traces", "decoders",
-              "families")
+BENCHMARKS = ("replay", "report", "scrape", "protobuf", "cluster", "webhook", "traces",
+              "decoders", "families")
 
 
 def main(argv: list[str]) -> int:
