@@ -17,7 +17,7 @@ import functools
 import re
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from exporter.catalog import Kind, Metric
@@ -195,14 +195,15 @@ def _labels(block: str) -> bytes:
 
 def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
                     old: Sequence[bytes] = (), heads: Sequence[str] = (),
-                    head_labels: Sequence[bytes] = ()) -> list[bytes]:
+                    head_labels: Callable[[], Sequence[bytes]] | None = None) -> list[bytes]:
     """Text exposition sample lines of one counter or gauge family as MetricFamily.metric
     fields, one per line (the per-object tables keep only their text).
 
     `old_text` and `old`: the chunk's previous text and its transcoding; a line unchanged at its
     place is not parsed again (a changed row leaves the chunk's other rows as they were, and a
     live column's rows without an age are the same at every scrape). `heads`: the chunk's rows'
-    line starts in order (`name{a="x",b="y"`), and their labels encoded (`head_labels`): a
+    line starts in order (`name{a="x",b="y"`), and their labels encoded (`head_labels()`, asked
+    for only when a line needs encoding): a
     line then needs only its own few labels and value parsed (rows a column skips are passed)."""
     tag = 0x1A if kind is Kind.COUNTER else 0x12
     tails = _TAILS[tag]
@@ -210,7 +211,8 @@ def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
     prev = old_text.decode().split("\n") if old else []
     out = []
     append, varints, n_old = out.append, _VARINTS, len(old)
-    j, nh = 0, len(heads)
+    j, nh = 0, len(heads) if head_labels is not None else 0
+    row_labels: Sequence[bytes] = ()
     for i, line in enumerate(lines[:-1]):
         if i < n_old and prev[i] == line:
             append(old[i])
@@ -227,7 +229,9 @@ def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
                 if len(tails) >= _PAIRS_MAX:
                     tails.clear()
                 tails[rest] = tail
-            msg = head_labels[j] + tail
+            if not row_labels:
+                row_labels = head_labels()  # type: ignore[misc]
+            msg = row_labels[j] + tail
             append(b"\x22" + varints[len(msg)] + msg if len(msg) < 16384 else field(0x22, msg))
             j += 1
             continue

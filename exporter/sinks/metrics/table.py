@@ -22,8 +22,9 @@ from exporter.catalog import Kind, Metric
 
 # (kind, a chunk's text, its previous text, that text's transcoding, its rows' line starts, their
 # labels encoded) -> one field per line (protobuf.transcode_lines)
-Transcode = Callable[[Kind, bytes, bytes, Sequence[bytes], Sequence[str], Sequence[bytes]],
-                     list[bytes]]
+Transcode = Callable[
+    [Kind, bytes, bytes, Sequence[bytes], Sequence[str], Callable[[], Sequence[bytes]]],
+    list[bytes]]
 
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
@@ -82,7 +83,8 @@ class TableFamily:
             old_text, old = cache[c] if c < len(cache) else (b"", [])
             blocks = [b for b, _ in table._chunk(c)]
             heads = [self.prefix + b for b in blocks]
-            pb = transcode(kind, text, old_text, old, heads, [table.pb_labels(b) for b in blocks])
+            pb = transcode(kind, text, old_text, old, heads,
+                           lambda blocks=blocks: [table.pb_labels(b) for b in blocks])
             if c < len(cache):
                 cache[c] = (text, pb)
             else:
