@@ -26,7 +26,7 @@ import pytest
 import dashboards
 from alerts import recording, render
 from exporter import catalog
-from tests.components import require
+from tests.components import require, stop_process
 from tests.simlogs import finite_logs
 from tests.test_prometheus_integration import (
     ABSENT_IN_DEMO,
@@ -35,7 +35,6 @@ from tests.test_prometheus_integration import (
     _free_port,
     _get,
     _ok,
-    _stop,
     _substitute,
     _targets,
     _variable_values,
@@ -103,7 +102,7 @@ def proms() -> Iterator[tuple[Prom, Prom]]:
             yield servers[0], servers[1]
         finally:
             for proc in reversed(procs):
-                _stop(proc)
+                stop_process(proc)
 
 
 def _wait(what: str, cond: Any, timeout: float, why: Callable[[], Any] | None = None) -> None:

@@ -20,9 +20,9 @@ from exporter.sinks.metrics.native import NativeBuckets, NativeConfig
 from exporter.sinks.metrics.protobuf import PROTOBUF_TYPE
 from exporter.sinks.metrics.series import format_value
 from tests import pbdecode
-from tests.components import require
+from tests.components import require, stop_process
 from tests.simlogs import assert_matches_truth, finite_logs
-from tests.test_prometheus_integration import Prom, _free_port, _ok, _stop, _wait
+from tests.test_prometheus_integration import Prom, _free_port, _ok, _wait
 
 LOGS, TRUTH = finite_logs(seed=5, workloads=2, seconds=300)
 
@@ -133,5 +133,5 @@ def test_a_native_prometheus_loads_the_saved_protobuf(files, capsysbinary):
                 'count by (__name__) ({job="replay"})')}
             assert {"zaroz_events_total", "zaroz_unit_startups_total"} <= names
         finally:
-            _stop(proc)
+            stop_process(proc)
             httpd.shutdown()
