@@ -295,3 +295,18 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
 
 if __name__ == "__main__":
     asyncio.run(_harness(sys.argv[1], sys.argv[2], sys.argv[3:]))
+
+
+def test_native_buckets_continue_from_the_checkpoint(tmp_path: Path):
+    p = _fed(600)
+    hist = p.registry["zaroz_unit_ready_seconds"].labels("wl-1")
+    native = hist.native_state()  # type: ignore[union-attr]
+    assert native is not None and native["count"]
+    cp = Checkpointer(tmp_path, p)
+    cp.save()
+    cp.close()
+    q = Pipeline()
+    Checkpointer(tmp_path, q).load()
+    restored = q.registry["zaroz_unit_ready_seconds"].labels("wl-1")
+    assert restored.native_state() == native  # type: ignore[union-attr]
+    assert restored.count == hist.count  # type: ignore[union-attr]

@@ -30,7 +30,7 @@ def _kept(fam: Any) -> bool:
 
 def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
     """Per family, one row per label set: [*label values, value] for counters and gauges,
-    [*label values, [bucket counts], sum_ns, count] for histograms."""
+    [*label values, [bucket counts], sum_ns, count, native state or None] for histograms."""
     out: dict[str, list[list[Any]]] = {}
     for name, fam in registry.families.items():
         if not _kept(fam):
@@ -40,7 +40,7 @@ def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
             if isinstance(s, CallbackSeries):
                 continue  # read from the model at scrape time: restored with the model
             if isinstance(s, HistogramSeries):
-                rows.append([*values, list(s.counts), s.sum_ns, s.count])
+                rows.append([*values, list(s.counts), s.sum_ns, s.count, s.native_state()])
             else:
                 rows.append([*values, s.value])
         if rows:
@@ -61,8 +61,12 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> No
             values = tuple(str(v) for v in row[:n])
             s = fam.labels(*values)
             if isinstance(s, HistogramSeries):
-                counts, sum_ns, count = row[n:]
+                counts, sum_ns, count, *native = row[n:]
                 s.restore(counts, sum_ns, count)
+                if native and native[0] is not None:
+                    # Native buckets go on as well; when they were off at the checkpoint and
+                    # are on now, they start empty while the classic counts continue.
+                    s.restore_native(native[0])
             elif isinstance(s, Series) and not isinstance(s, CallbackSeries):
                 (v,) = row[n:]
                 if not isinstance(v, int | float):
