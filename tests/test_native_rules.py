@@ -33,7 +33,7 @@ from alerts import recording, render
 from alerts.config import DEFAULT_CONFIG, SLO, Config
 from exporter.server import MetricsServer, start_site
 from exporter.sinks.metrics.family import Registry
-from tests.components import require
+from tests.components import require, stop_process
 
 THRESHOLD = 45.0
 CONFIG = Config(slos=(SLO("readiness", 0.99, THRESHOLD), DEFAULT_CONFIG.slo("allocation_ack")),
@@ -138,12 +138,7 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
                        if x["health"] != "ok"]
                 assert not bad, bad
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
             feeder.cancel()
             await runner.cleanup()
 
