@@ -72,6 +72,9 @@ class Checkpointer:
         self.metrics = metrics if metrics is not None else WebhookMetrics(pipeline.registry)
         self.clock = clock
         self._last: bytes | None = None
+        # Workloads held out of the exposition (Registry.hold) when the loaded checkpoint was
+        # saved: their counters were never exposed, so they are held again until caught up.
+        self.held_at_save: frozenset[str] = frozenset()
         self._lock_fd: int | None = None
         if pipeline.traces is not None:
             try:
@@ -83,9 +86,12 @@ class Checkpointer:
     # -- state --------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
+        held = self.pipeline.registry.held.names  # as of the last scrape
         workloads = {}
         for w, wl in self.pipeline.logs.items():
             entry: dict[str, Any] = {"cursor": wl.applied_through, "log": wl.snapshot()}
+            if w in held:  # never exposed by this process: held again after a restart
+                entry["held"] = True
             labels = getattr(wl.obs, "label_state", None)
             if labels is not None:
                 entry["labels"] = labels()
@@ -158,7 +164,7 @@ class Checkpointer:
                     restore_labels(entry["labels"])
                 if "desired" in entry:  # version 1
                     registry["zaroz_workload_desired_units"].labels(w).set(entry["desired"])
-            restore_metrics(registry, state.get("metrics", {}))
+            skipped = restore_metrics(registry, state.get("metrics", {}))
             if self.pipeline.traces is not None and state.get("traces") is not None:
                 self.pipeline.traces.restore(state["traces"])
         except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -168,6 +174,12 @@ class Checkpointer:
         if state["v"] == 1:
             log.warning("checkpoint of version 1: counters restart at zero once",
                         extra={"state_dir": str(self.dir)})
+        if skipped:
+            log.warning("metrics whose labels or buckets changed since the checkpoint restart "
+                        "at zero once", extra={"state_dir": str(self.dir),
+                                               "metrics": ",".join(skipped)})
+        self.held_at_save = frozenset(
+            w for w, e in state["workloads"].items() if e.get("held"))
         self._last = raw
         n = len(state["workloads"])
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})

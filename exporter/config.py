@@ -180,6 +180,8 @@ RANGES: tuple[tuple[str, float | None, float | None, str], ...] = (
     ("backoff_max", 0.001, None, "positive"),
     ("discovery_interval", 0.001, None, "positive"),
     ("unit_idle_timeout", 0.001, None, "positive"),
+    ("unit_expiry_interval", 0.001, None, "positive"),
+    ("checkpoint_interval", 0, None, "0 (only at scrapes and shutdown) or more"),
     ("webhook_tolerance", 0.001, None, "positive"),
     ("webhook_max_body", 1, None, "positive"),
     ("webhook_gap_grace", 0, None, "0 or more"),

@@ -23,16 +23,17 @@ class ExpiryClock:
     """Remembers, per workload, since when (wall time) its log has been caught up and still."""
 
     def __init__(self) -> None:
-        self._moved: dict[str, tuple[tuple[int, int], int]] = {}  # name -> (mark, since)
+        # name -> ((applied_through, idle), since when)
+        self._moved: dict[str, tuple[tuple[int, bool], int]] = {}
 
     def now_ns(self, name: str, applied_through: int, pending: int, event_clock_ns: int,
                caught_up: bool, wall_ns: int) -> int:
         """The `now` to expire the workload's units at, at wall time `wall_ns`."""
-        # The mark includes whether it is idle-able (caught up, nothing waiting): idle time
-        # starts at the first sweep that finds it so, and again whenever the log moves.
-        mark = (applied_through, pending if not caught_up or pending else -1)
+        # Idle time starts at the first sweep that finds the log caught up with nothing
+        # waiting, and starts again at every sweep that does not, or finds it moved.
+        mark = (applied_through, caught_up and not pending)
         seen = self._moved.get(name)
-        if seen is None or seen[0] != mark or mark[1] != -1:
+        if seen is None or not mark[1] or seen[0] != mark:
             self._moved[name] = seen = (mark, wall_ns)
         if event_clock_ns == 0:
             return 0

@@ -69,10 +69,6 @@ class Pipeline:
         r["zaroz_workload_units_tracked"].callback(key, lambda: len(log.units))
         r["zaroz_workload_units_expired_total"].callback(key, lambda: log.expired)
 
-    def expire(self, now_ns: int) -> None:
-        for name in self.logs:
-            self.expire_workload(name, now_ns)
-
     def expire_workload(self, name: str, now_ns: int) -> None:
         """One workload's idle units (replay runs each on its own event clock)."""
         self.logs[name].expire(now_ns)

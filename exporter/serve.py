@@ -56,7 +56,8 @@ class Running:
     intake: Intake | None = None
     checkpointer: Checkpointer | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    restored: frozenset[str] = frozenset()  # workloads whose log came from the checkpoint
+    # Workloads whose log came from the checkpoint, exposed before it was saved: never held.
+    restored: frozenset[str] = frozenset()
     webhook_runner: web.AppRunner | None = None  # --webhook-listen
     webhook_url: str | None = None
 
@@ -247,7 +248,7 @@ async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
     try:
         start_cursor = prepare_start(args.start_from, checkpointer, client)
         if checkpointer is not None and args.start_from == "checkpoint":
-            restored = frozenset(pipeline.logs)
+            restored = frozenset(pipeline.logs) - checkpointer.held_at_save
     except (CheckpointError, ValueError) as e:
         flag, value = (("--state-dir", args.state_dir) if isinstance(e, CheckpointError)
                        else ("--start-from", args.start_from))

@@ -88,7 +88,6 @@ class MetricsServer:
         if gz:
             await resp.write(comp.flush())
         await resp.write_eof()
-        self._series.set(self.registry.series_count())
         self._bytes.set(size)
         self._duration.set(time.perf_counter() - start)
         self.overview.scraped()
@@ -96,10 +95,13 @@ class MetricsServer:
         return resp
 
     def _by_source(self) -> None:
-        """zaroz_exporter_source_series/_render_seconds of the scrape just sent."""
+        """zaroz_exporter_series and the per-source series/render seconds of the scrape just
+        sent (one walk of the families)."""
         series = self.registry["zaroz_exporter_source_series"]
         render_s = self.registry["zaroz_exporter_source_render_seconds"]
-        for source, n in self.registry.series_by_source().items():
+        by_source = self.registry.series_by_source()
+        self._series.set(sum(by_source.values()))
+        for source, n in by_source.items():
             series.labels(source).set(n)
         for source, s in self.registry.render_seconds.items():
             render_s.labels(source).set(s)

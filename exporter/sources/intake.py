@@ -112,11 +112,7 @@ class Intake:
             if len(ids) > self.max_ids:
                 del ids[next(iter(ids))]
             return False
-        if first == workload:
-            return False
-        log.warning("webhook delivery refused: event id already applied under another workload",
-                    extra={"workload": workload, "first_workload": first})
-        return True
+        return first != workload  # the receiver counts and logs the refusal (rate-limited)
 
     def _log_for(self, workload: str) -> WorkloadLog | None:
         wl = self.pipeline.logs.get(workload)

@@ -145,13 +145,13 @@ class Family:
         if held is not None and held.version != self._held_version:
             self._held_version = held.version
             self._body = None
-        shown = self._shown()
         if self._body is None:
-            self._body = b"".join([s.line for s in shown])  # type: ignore[misc]
+            self._body = b"".join([s.line for s in self._shown()])  # type: ignore[misc]
             self._om_body = None
         if not openmetrics:
             return self._body
         if self._om_body is None:
+            shown = list(self._shown())
             om = [s.om_line or s.line for s in shown]
             self._om_body = b"".join(om) if any(s.om_line for s in shown) \
                 else self._body  # type: ignore[arg-type]

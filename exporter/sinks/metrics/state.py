@@ -14,7 +14,7 @@ from typing import Any
 
 from exporter.catalog import Kind
 from exporter.sinks.metrics.family import Family, Registry
-from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
+from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries
 
 # Gauges whose value comes from the event log (a units.scaled event), not from this process.
 EVENT_GAUGES = frozenset({"zaroz_workload_desired_units"})
@@ -48,18 +48,33 @@ def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
     return out
 
 
-def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> None:
-    """The inverse of `metric_state`. Families no longer in the catalog are skipped; a row of
-    the wrong shape raises ValueError (the checkpoint is then unreadable)."""
+def _fits(fam: Family, rows: list[list[Any]]) -> bool:
+    """Every row has the family's shape now (its labels; its buckets for a histogram)."""
+    n = len(fam.metric.labels)
+    if fam.metric.kind is Kind.HISTOGRAM:
+        buckets = len(fam.bounds_ns) + 1
+        return all(len(r) in (n + 3, n + 4) and isinstance(r[n], list) and len(r[n]) == buckets
+                   for r in rows)
+    return all(len(r) == n + 1 and isinstance(r[n], int | float) for r in rows)
+
+
+def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> list[str]:
+    """The inverse of `metric_state`; returns the families skipped. A family no longer in the
+    catalog, or whose labels or buckets changed since the checkpoint (an upgrade), starts at
+    zero once instead: that costs one counter reset, where refusing the checkpoint would lose
+    every cursor and the model's state."""
+    skipped = []
     for name, rows in state.items():
         fam = registry.families.get(name)
         if fam is None or not _kept(fam):
             continue
         assert isinstance(fam, Family)
+        if not _fits(fam, rows):
+            skipped.append(name)
+            continue
         n = len(fam.metric.labels)
         for row in rows:
-            values = tuple(str(v) for v in row[:n])
-            s = fam.labels(*values)
+            s = fam.labels(*(str(v) for v in row[:n]))
             if isinstance(s, HistogramSeries):
                 counts, sum_ns, count, *native = row[n:]
                 s.restore(counts, sum_ns, count)
@@ -67,8 +82,6 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> No
                     # Native buckets go on as well; when they were off at the checkpoint and
                     # are on now, they start empty while the classic counts continue.
                     s.restore_native(native[0])
-            elif isinstance(s, Series) and not isinstance(s, CallbackSeries):
-                (v,) = row[n:]
-                if not isinstance(v, int | float):
-                    raise ValueError(f"{name}{values}: not a number: {v!r}")
-                s.set(v)
+            elif not isinstance(s, CallbackSeries):
+                s.set(row[n])
+    return skipped
