@@ -310,3 +310,33 @@ def test_native_buckets_continue_from_the_checkpoint(tmp_path: Path):
     restored = q.registry["zaroz_unit_ready_seconds"].labels("wl-1")
     assert restored.native_state() == native  # type: ignore[union-attr]
     assert restored.count == hist.count  # type: ignore[union-attr]
+
+
+def test_a_family_whose_labels_changed_restarts_at_zero_not_the_whole_checkpoint(tmp_path: Path):
+    p = _fed(300)
+    cp = Checkpointer(tmp_path, p)
+    cp.save()
+    cp.close()
+    state = orjson.loads((tmp_path / FILE).read_bytes())
+    # As a checkpoint from before zaroz_events_duplicate_total had its `source` label.
+    state["metrics"]["zaroz_events_duplicate_total"] = [["wl-1", 7]]
+    (tmp_path / FILE).write_bytes(orjson.dumps(state))
+    q = Pipeline()
+    Checkpointer(tmp_path, q).load()
+    assert q.logs["wl-1"].snapshot() == p.logs["wl-1"].snapshot()
+    created = ("wl-1", "unit.created")
+    assert q.registry["zaroz_events_total"].series[created].value == \
+        p.registry["zaroz_events_total"].series[created].value
+    assert all(s.value == 0 for s in q.registry["zaroz_events_duplicate_total"].series.values())
+
+
+def test_a_workload_held_when_saved_is_marked_held(tmp_path: Path):
+    p = _fed(50)
+    p.registry.hold(["wl-1"])
+    cp = Checkpointer(tmp_path, p)
+    cp.save()
+    cp.close()
+    q = Pipeline()
+    loaded = Checkpointer(tmp_path, q)
+    loaded.load()
+    assert loaded.held_at_save == {"wl-1"}

@@ -130,7 +130,9 @@ def test_otlp_endpoint_not_a_url(env):
 
 @pytest.mark.parametrize("flag,value", [("--wait", "99"), ("--page-limit", "0"),
                                         ("--gzip-level", "10"), ("--total-shards", "0"),
-                                        ("--backoff-max", "-1")])
+                                        ("--backoff-max", "-1"),
+                                        ("--unit-expiry-interval", "0"),
+                                        ("--checkpoint-interval", "-1")])
 def test_numbers_out_of_range(env, flag, value):
     one_line_error(cli(env, *ROUTE, "--listen", "127.0.0.1:0", flag, value), flag, value)
 
