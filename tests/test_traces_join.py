@@ -191,3 +191,16 @@ async def test_demo_spans_carry_namespace_name_and_generations_and_no_user_data(
     for s in rx.spans:
         blob = repr((s.name, s.attributes, s.events, s.status_message, s.resource))
         assert SECRET not in blob and "userData" not in blob and "token" not in blob
+
+
+def test_a_unitsignal_moved_to_another_workload_leaves_its_old_join_entry():
+    sink = Builders()
+    model, _ = build_cluster(Registry(), traces=sink)
+    join: ClusterJoin = model.tap  # type: ignore[assignment]
+    model.upsert(unitsignal(workload="wl-1", status_=status()), T0)
+    moved = unitsignal(workload="wl-2", status_=status())
+    model.upsert(moved, T0 + 1)
+    assert list(join.live) == [("wl-2", "unit-u1")]  # not also the old ("wl-1", ...)
+    assert ("wl-1", "unit-u1") in join.gone  # lingers, bounded, like a deleted one
+    model.delete(moved, T0 + 2)
+    assert not join.live

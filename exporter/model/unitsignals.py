@@ -336,6 +336,8 @@ class UnitSignalModel:
             tap = self.tap
             if tap is not None and (old is None or old[:2] != state[:2]
                                     or old.labels != state.labels):
+                if old is not None and old[:2] != state[:2]:
+                    tap.forgotten(key, old)  # its unit or workload changed: not that one's now
                 tap.known(key, state)
         return key
 
