@@ -228,8 +228,8 @@ def run(
         return 2
     if report:
         try:
-            with open(report, "w", encoding="utf-8"):
-                pass  # writable now, not after the whole log
+            with open(report, "a", encoding="utf-8"):
+                pass  # writable now, not after the whole log (an old report stays until then)
         except OSError as e:
             print(f"zaroz-exporter replay: --report {report}: {e}", file=sys.stderr)
             return 2

@@ -24,8 +24,6 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
-import msgspec
-
 from exporter.catalog import PHASES
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.signal import UnitSignal, raw_value
@@ -46,7 +44,6 @@ ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-
 
 Key = tuple[str, str]  # (namespace, name)
 
-_loads = msgspec.json.Decoder().decode  # a typed object's status, decoded from its Raw
 intern = sys.intern  # bounded strings repeated across 100k objects (namespace, workload...)
 
 
@@ -211,7 +208,7 @@ class UnitSignalModel:
                 return None
             key = (ns, name)
             uid, mgen, labels, status = meta.uid, meta.generation, meta.labels, obj.status
-            status = _loads(status) if len(status) else None
+            status = raw_value(status)
         else:
             k = _key_of(obj)
             if k is None:
