@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
+import msgspec
+
 from exporter.catalog import PHASES
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.signal import UnitSignal, raw_value
@@ -44,6 +46,9 @@ ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-
 
 Key = tuple[str, str]  # (namespace, name)
 
+# A typed object's status, decoded from its Raw by a decoder of its own (not raw_value's):
+# tests count spec decodes through signal's decoder apart from status decodes.
+_loads = msgspec.json.Decoder().decode
 intern = sys.intern  # bounded strings repeated across 100k objects (namespace, workload...)
 
 
@@ -208,7 +213,7 @@ class UnitSignalModel:
                 return None
             key = (ns, name)
             uid, mgen, labels, status = meta.uid, meta.generation, meta.labels, obj.status
-            status = raw_value(status)
+            status = _loads(status) if len(status) else None
         else:
             k = _key_of(obj)
             if k is None:
