@@ -28,7 +28,6 @@ import email.policy
 import json
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -52,6 +51,7 @@ from exporter.sim.config import LogNormal, SimConfig
 from exporter.sim.kube import KubeEmulator
 from exporter.sim.route import LiveFeed, RouteServer
 from tests.components import missing, require, stop_process
+from tests.serving import free_port
 from tests.test_runbooks import anchors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,12 +125,6 @@ INHIBITED = [
     ("ZarozReadinessBudgetBurn", BURN),  # the 1d/2h and 3d/6h pairs, by the 1h/5m page
     ("ZarozUnitSignalSpecInvalid", INVALID),  # by ZarozGenerationStuckInvalidSpec
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alertmanager_binary() -> str:
@@ -291,7 +285,7 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
     app.router.add_post("/{kind}/{receiver}", inbox.handle)
     runner = web.AppRunner(app)
     await runner.setup()
-    receiver_port, prom_port, am_port = _free_port(), _free_port(), _free_port()
+    receiver_port, prom_port, am_port = free_port(), free_port(), free_port()
     await web.TCPSite(runner, "127.0.0.1", receiver_port).start()
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="zaroz-alerts-e2e-") as tmp_dir:

@@ -148,6 +148,6 @@ async def _has(p: Prometheus, expr: str, n: int) -> bool:
 
 
 async def _port() -> int:
-    from tests.test_prometheus_integration import _free_port
+    from tests.serving import free_port
 
-    return _free_port()
+    return free_port()

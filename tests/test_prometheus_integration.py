@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from alerts import alerting, promql, recording, render
 from alerts.config import DEFAULT_CONFIG
 from exporter import catalog
 from tests.components import require, stop_process
+from tests.serving import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = ROOT / "dashboards" / "json"
@@ -60,12 +60,6 @@ sys.exit(demo.main(args))
 
 
 CLUSTER = "demo-cluster"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str) -> Any:
@@ -111,7 +105,7 @@ def _wait(what: str, cond: Any, timeout: float) -> None:
 @pytest.fixture(scope="module")
 def prom() -> Iterator[Prom]:
     prometheus = require("prometheus")
-    exporter_port, prom_port = _free_port(), _free_port()
+    exporter_port, prom_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="zaroz-prom-") as tmp:
         cfg = Path(tmp) / "prometheus.yml"
         rule_files = [str(render.RULES_DIR / n) for n in render.RULE_FILES]

@@ -27,12 +27,12 @@ import dashboards
 from alerts import recording, render
 from exporter import catalog
 from tests.components import require, stop_process
+from tests.serving import free_port
 from tests.simlogs import finite_logs
 from tests.test_prometheus_integration import (
     ABSENT_IN_DEMO,
     DEMO,
     Prom,
-    _free_port,
     _get,
     _ok,
     _substitute,
@@ -65,7 +65,7 @@ def _config(path: Path, targets: dict[str, int], rules: list[str]) -> None:
 def proms() -> Iterator[tuple[Prom, Prom]]:
     """(native, text): the same targets scraped by both servers."""
     prometheus = require("prometheus")
-    demo_port, logs_port = _free_port(), _free_port()
+    demo_port, logs_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="zaroz-native-") as tmp:
@@ -86,7 +86,7 @@ def proms() -> Iterator[tuple[Prom, Prom]]:
                 cwd=ROOT, env=env, **quiet))
             servers = []
             for name, flags in (("native", ["--enable-feature=native-histograms"]), ("text", [])):
-                port = _free_port()
+                port = free_port()
                 procs.append(subprocess.Popen(
                     [prometheus, f"--config.file={configs[name]}",
                      f"--storage.tsdb.path={tmp}/{name}",

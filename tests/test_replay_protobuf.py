@@ -21,8 +21,9 @@ from exporter.sinks.metrics.protobuf import PROTOBUF_TYPE
 from exporter.sinks.metrics.series import format_value
 from tests import pbdecode
 from tests.components import require, stop_process
+from tests.serving import free_port
 from tests.simlogs import assert_matches_truth, finite_logs
-from tests.test_prometheus_integration import Prom, _free_port, _ok, _wait
+from tests.test_prometheus_integration import Prom, _ok, _wait
 
 LOGS, TRUTH = finite_logs(seed=5, workloads=2, seconds=300)
 
@@ -106,7 +107,7 @@ def test_a_native_prometheus_loads_the_saved_protobuf(files, capsysbinary):
     _Handler.body = _replay(capsysbinary, "--format", "protobuf", *files)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="zaroz-replay-prom-") as tmp:
         cfg = Path(tmp) / "prometheus.yml"
         cfg.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [

@@ -3,7 +3,6 @@ in both formats, and promtool still finds the whole exposition clean."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import time
 
@@ -17,6 +16,7 @@ from exporter.sim.route import RouteServer
 from exporter.sim.scenario import SimConfig
 from tests.components import require
 from tests.simlogs import finite_logs
+from tests.waiting import until
 
 LOGS, _ = finite_logs(seed=2, workloads=1, seconds=60)
 OM = "application/openmetrics-text; version=1.0.0"
@@ -79,10 +79,7 @@ async def test_series_and_render_time_per_source():
                                       "--events-url", base, "--kube", "off"])
     running = await start(args)
     try:
-        for _ in range(200):
-            if running.ready():
-                break
-            await asyncio.sleep(0.05)
+        await until(running.ready, timeout=10, interval=0.05)
         async with aiohttp.ClientSession() as s:
             texts = []
             for _ in range(3):

@@ -22,6 +22,7 @@ from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
 from exporter.sinks.traces.join import ClusterJoin
 from tests.otlp_receiver import OtlpReceiver
 from tests.unitsignals import T0, iso, status, unitsignal
+from tests.waiting import until
 
 WL = "wl-1"
 SECRET = "customer-secret-value"  # the userData of tests.unitsignals objects
@@ -157,10 +158,7 @@ async def test_demo_spans_carry_namespace_name_and_generations_and_no_user_data(
         args.unitsignal_labels_allowlist = ["team"]
         running = await start(args)
         try:
-            for _ in range(200):
-                if running.ready():
-                    break
-                await asyncio.sleep(0.05)
+            await until(running.ready, timeout=10, interval=0.05)
             # Made now: its simulated time starts at its creation, so the first batch holds no
             # backlog (a unit created and ready in one batch is ready before any watch could
             # have shown its UnitSignal).

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import time
 import urllib.parse
 from pathlib import Path
@@ -19,14 +18,9 @@ from exporter.cli import build_parser
 from exporter.serve import start
 from tests.certs import CA
 from tests.components import require
+from tests.serving import free_port
 
 PASSWORD = "scrape-me"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _job(name: str, target: str, tls: dict, auth: dict | None = None) -> dict:
@@ -100,7 +94,7 @@ async def test_prometheus_scrapes_over_tls_basic_auth_and_mtls(tmp_path: Path):
         ],
     }
     (tmp_path / "prometheus.yml").write_text(json.dumps(config))
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
