@@ -226,6 +226,11 @@ def run(
     except LogNotFound as e:
         print(f"zaroz-exporter replay: error: {e}", file=sys.stderr)
         return 2
+    if report and explain:
+        # The report's pass does not explain lines (its anomalies give file:line already).
+        print("zaroz-exporter replay: error: --explain cannot be combined with --report "
+              "(the report lists every invalid line with its file and line)", file=sys.stderr)
+        return 2
     if report:
         try:
             with open(report, "a", encoding="utf-8"):

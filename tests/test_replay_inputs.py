@@ -105,3 +105,13 @@ def test_without_explain_nothing_is_said(tmp_path):
     p.write_text('{"n": 1}\n')
     res = run(str(p))
     assert res.returncode == 0 and res.stderr == b""
+
+
+def test_explain_with_report_is_a_one_line_error(tmp_path):
+    p = tmp_path / "wl.jsonl"
+    p.write_text('{"n": 1}\n')
+    res = run("--explain", "--report", str(tmp_path / "r.html"), str(p))
+    assert res.returncode == 2
+    err = res.stderr.decode().splitlines()
+    assert len(err) == 1 and "--explain" in err[0] and "--report" in err[0]
+    assert not (tmp_path / "r.html").exists()
