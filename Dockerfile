@@ -10,6 +10,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
+COPY zaroz_sim ./zaroz_sim
 COPY schemas ./schemas
 COPY dashboards/json ./dashboards/json
 COPY docs ./docs

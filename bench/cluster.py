@@ -69,14 +69,10 @@ from bench._common import (
     spread,
     table,
 )
-from exporter.cluster import NamespaceHandler, build_cluster
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.timestamps import parse_rfc3339_ns
 from exporter.model.unitsignals import DRAIN_REASONS, STATUS_FIELDS, UnitSignalModel
-from exporter.server import MetricsServer, start_site
 from exporter.sharding import Shard
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.kube_store import rfc3339_s
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.kube import KubeMetrics
@@ -85,6 +81,10 @@ from exporter.sources.kube.api import KubeApi, _decode_event, _decode_typed_even
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.reflector import KubeSource, Reflector
 from exporter.sources.kube.typed import decode_event, decode_list
+from exporter.web.app import MetricsServer, start_site
+from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.kube.store import rfc3339_s
 
 NS = 1_000_000_000
 PAGE_SIZE = 500

@@ -38,10 +38,10 @@ import orjson
 from bench._common import header, interleaved, table
 from bench.cluster import NS, EventSource, FakeClock, Shape, apply_lines, fresh_model, populate
 from exporter import contract
-from exporter.cluster import NamespaceHandler
 from exporter.model import unitsignals
 from exporter.model.unitsignals import STATUS_FIELDS, UnitSignalModel
-from exporter.sim.kube import KubeEmulator
+from exporter.wiring.unitsignals import NamespaceHandler
+from zaroz_sim.kube.emulator import KubeEmulator
 
 TARGET_EVENTS_S = 100_000.0
 

@@ -84,7 +84,7 @@ def unitsignals(n: int, repeat: int) -> None:
         fresh_model,
         populate,
     )
-    from exporter.sim.kube import KubeEmulator
+    from zaroz_sim.kube.emulator import KubeEmulator
 
     t = time.perf_counter()
     clock = FakeClock(time.time_ns() - 86_400 * NS, NS // 4)

@@ -25,16 +25,16 @@ from pathlib import Path
 import orjson
 
 from bench._common import OUT, child_env, header, interleaved, spread, table, timed
+from exporter.commands.replay import apply_files
 from exporter.contract import is_valid_event
-from exporter.pipeline import Pipeline
-from exporter.replay import apply_files
-from exporter.sim.scenario import SimConfig, Simulator
+from exporter.wiring.events import Pipeline
+from zaroz_sim.scenario import SimConfig, Simulator
 
 NS = 1_000_000_000
 TARGET_RATIO = 2.0
 # Modules replay must not import: the server, the tailer, the simulator, the python validator.
-HEAVY = ("aiohttp", "exporter.server", "exporter.serve", "exporter.sources.tailer", "exporter.sim",
-         "jsonschema")
+HEAVY = ("aiohttp", "exporter.web.app", "exporter.commands.serve", "exporter.sources.tailer",
+         "zaroz_sim", "jsonschema")
 
 
 def generate(events: int, workloads: int, seed: int) -> list[Path]:

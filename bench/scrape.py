@@ -48,9 +48,9 @@ from bench._common import (
 )
 from exporter import catalog
 from exporter.catalog import Kind, Metric
-from exporter.server import MetricsServer, start_site
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
+from exporter.web.app import MetricsServer, start_site
 
 GAUGE = "zaroz_bench_unitsignal_value"
 HIST = "zaroz_bench_unitsignal_latency_seconds"

@@ -29,10 +29,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from bench._common import ROOT, child_env, header, table
-from exporter.pipeline import Pipeline
-from exporter.sim.scenario import SimConfig, Simulator
 from exporter.sinks.traces.builder import SpanRecord
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
+from exporter.wiring.events import Pipeline
+from zaroz_sim.scenario import SimConfig, Simulator
 
 NS = 1_000_000_000
 

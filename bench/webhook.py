@@ -31,11 +31,11 @@ SECRET = b"bench-secret-0123456789abcdef"
 def _serve(kind: str, secret_dir: str, port_q: Any) -> None:
     from aiohttp import web
 
-    from exporter.pipeline import Pipeline
-    from exporter.server import start_site
     from exporter.sinks.metrics.webhook import WebhookMetrics
     from exporter.sources.intake import Intake
     from exporter.sources.webhook import PATH, SecretFiles, WebhookReceiver
+    from exporter.web.app import start_site
+    from exporter.wiring.events import Pipeline
 
     async def main() -> None:
         app = web.Application()
@@ -60,8 +60,8 @@ def _serve(kind: str, secret_dir: str, port_q: Any) -> None:
 
 def _deliveries(events: int, senders: int) -> dict[str, list[tuple[bytes, dict[str, str]]]]:
     """Pre-signed (body, headers) per workload: signing is the platform's cost, not ours."""
-    from exporter.sim.scenario import SimConfig, Simulator
     from exporter.sources.webhook import sign
+    from zaroz_sim.scenario import SimConfig, Simulator
 
     cfg = SimConfig(seed=3, workloads=senders, arrival_rate=2.0)
     sim = Simulator(cfg)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.config import ConfigError
+from exporter.commands.config import ConfigError
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
@@ -293,18 +293,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "serve":
-            from exporter import config
+            from exporter.commands import config
 
             config.validate(args)
         elif args.command == "demo":
-            from exporter import config
+            from exporter.commands import config
 
             config.validate_common(args)
     except ConfigError as e:
         print(e.line(argv[0] if argv and not argv[0].startswith("-") else ""), file=sys.stderr)
         return 2
     if args.command == "replay":
-        from exporter import replay
+        from exporter.commands import replay
         from exporter.sinks.metrics.exposition import Format
 
         fmt = Format(args.format)
@@ -321,10 +321,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     logs.setup(args.log_level, args.log_format)
     if args.command == "serve":
-        from exporter import serve
+        from exporter.commands import serve
 
         return serve.main(args)
-    from exporter import demo
+    from exporter.commands import demo
 
     return demo.main(args)
 

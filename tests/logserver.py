@@ -11,10 +11,10 @@ import sys
 
 from exporter import logs
 from exporter.cli import build_parser
-from exporter.serve import run_until_stopped, start
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
+from exporter.commands.serve import run_until_stopped, start
 from tests.simlogs import finite_logs
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
 
 
 async def main(seed: int, workloads: int, seconds: int, rate: float, duration: float,

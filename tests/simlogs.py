@@ -8,8 +8,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import catalog
-from exporter.sim.scenario import SimConfig, Simulator, Truth
 from exporter.sinks.metrics.series import format_value
+from zaroz_sim.scenario import SimConfig, Simulator, Truth
 
 NS = 1_000_000_000
 

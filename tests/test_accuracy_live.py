@@ -10,11 +10,11 @@ import aiohttp
 import pytest
 
 from exporter.cli import build_parser
-from exporter.serve import start
-from exporter.sim.faults import FaultKind, FaultPlan, drop, http_status, slow, truncate
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
+from exporter.commands.serve import start
 from tests.simlogs import assert_matches_truth, finite_logs, parse
+from zaroz_sim.faults import FaultKind, FaultPlan, drop, http_status, slow, truncate
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
 
 LOGS, TRUTH = finite_logs(seed=11, workloads=3, seconds=300)
 

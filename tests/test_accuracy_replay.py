@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.cli import main
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render_bytes
+from exporter.wiring.events import Pipeline
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 
 LOGS, TRUTH = finite_logs()

@@ -44,15 +44,15 @@ from aiohttp import web
 from alerts import render
 from alerts.config import DEFAULT_BURN_RATES, DEFAULT_CONFIG, DEFAULT_RUNBOOK_BASE
 from exporter.cli import build_parser
-from exporter.demo import demo_serve_args
-from exporter.serve import start
-from exporter.sim.cluster import ClusterMirror
-from exporter.sim.config import LogNormal, SimConfig
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.route import LiveFeed, RouteServer
+from exporter.commands.demo import demo_serve_args
+from exporter.commands.serve import start
 from tests.components import missing, require, stop_process
 from tests.serving import free_port
 from tests.test_runbooks import anchors
+from zaroz_sim.cluster import ClusterMirror
+from zaroz_sim.config import LogNormal, SimConfig
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.route import LiveFeed, RouteServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "alerts" / "alertmanager.example.yml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from exporter.demo import start_demo
+from exporter.commands.demo import start_demo
 from tests.browser import chromium, look
 from tests.test_overview_demo import DEADLINE_S, complete, demo_args
 

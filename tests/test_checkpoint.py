@@ -21,24 +21,24 @@ import orjson
 import pytest
 
 from exporter import catalog
-from exporter.checkpoint import (
+from exporter.model.observations import Recorder
+from exporter.model.workload import WorkloadLog
+from exporter.sinks.metrics.exposition import render_bytes
+from exporter.sinks.metrics.route import RouteMetrics
+from exporter.sources.backoff import Backoff
+from exporter.sources.route import RouteClient
+from exporter.sources.tailer import TailSupervisor
+from exporter.wiring.checkpoint import (
     FILE,
     Checkpointer,
     CheckpointError,
     prepare_start,
     render_checkpointed,
 )
-from exporter.model.observations import Recorder
-from exporter.model.workload import WorkloadLog
-from exporter.pipeline import Pipeline
-from exporter.sim.config import SimConfig
-from exporter.sim.route import RouteServer
-from exporter.sinks.metrics.exposition import render_bytes
-from exporter.sinks.metrics.route import RouteMetrics
-from exporter.sources.backoff import Backoff
-from exporter.sources.route import RouteClient
-from exporter.sources.tailer import TailSupervisor
+from exporter.wiring.events import Pipeline
 from tests.simlogs import assert_matches_truth, finite_logs, parse
+from zaroz_sim.config import SimConfig
+from zaroz_sim.route import RouteServer
 
 LOGS, TRUTH = finite_logs(seed=9, workloads=2, seconds=240, rate=0.6)
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,8 +176,8 @@ async def test_start_from_head(tmp_path: Path):
 async def _harness(route_url: str, state_dir: str, workloads: list[str]) -> None:
     from aiohttp import web
 
-    from exporter.server import start_site
     from exporter.sinks.metrics.exposition import TEXT_TYPE
+    from exporter.web.app import start_site
 
     pipeline = Pipeline()
     checkpointer = Checkpointer(state_dir, pipeline)

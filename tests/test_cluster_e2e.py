@@ -12,8 +12,6 @@ import random
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cluster import NamespaceHandler, build_cluster
-from exporter.sim.kube import KubeEmulator
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.kube import KubeMetrics
@@ -22,8 +20,10 @@ from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.handler import object_key
 from exporter.sources.kube.reflector import KubeSource
+from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
 from tests.unitsignals import status as full_status
 from tests.waiting import until
+from zaroz_sim.kube.emulator import KubeEmulator
 
 WL = {"units.zaroz.cloud/workload": "wl-1"}
 

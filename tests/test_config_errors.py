@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import config
+from exporter.commands import config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,11 +12,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
-from exporter.serve import Running, start
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.kube_store import KubeError
+from exporter.commands.serve import Running, start
 from tests.unitsignals import status as full_status
 from tests.waiting import until
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.kube.store import KubeError
 
 WL = {"units.zaroz.cloud/workload": "wl-1"}
 

@@ -269,7 +269,7 @@ def test_tls_overlay_serves_metrics_over_https_with_a_valid_web_config(tmp_path:
     """The web config the pod reads parses as the exporter parses it (its files stood in for by
     test certificates), probes and the ServiceMonitor use https, and the Secret is mounted where
     the web config looks."""
-    from exporter.webconfig import parse
+    from exporter.web.config import parse
     from tests.certs import CA
 
     docs = build("tls")

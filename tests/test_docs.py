@@ -6,21 +6,22 @@ import shutil
 import subprocess
 import sys
 
-from exporter import catalog, docsgen
+from exporter import catalog
+from tools import docsgen
 
 ROOT = docsgen.ROOT
 
 
 def test_metric_reference_in_docs_is_current():
     assert (ROOT / "docs" / "metrics.md").read_text() == docsgen.metrics_doc(), (
-        "docs/metrics.md is stale: run python -m exporter.docsgen"
+        "docs/metrics.md is stale: run python -m tools.docsgen"
     )
 
 
 def test_readme_reference_and_configuration_are_current():
     readme = (ROOT / "README.md").read_text()
     assert readme == docsgen.readme_with_table(readme), (
-        "README.md is stale: run python -m exporter.docsgen"
+        "README.md is stale: run python -m tools.docsgen"
     )
 
 

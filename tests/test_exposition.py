@@ -11,9 +11,9 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.catalog import Kind, Metric
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render_bytes, wants_openmetrics
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.events import Pipeline
 from tests.components import require
 from tests.envelopes import Log
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from exporter import catalog
-from exporter.cluster import build_cluster
 from exporter.families import EVERYTHING, FamilyFilter, FamilyListError
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.unitsignals import build_cluster
 from tests.unitsignals import T0, status, unitsignal
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,9 +124,9 @@ async def test_serve_with_the_denylist_exposes_no_per_object_series():
     import aiohttp
 
     from exporter.cli import build_parser
-    from exporter.serve import start
-    from exporter.sim.kube import KubeEmulator
+    from exporter.commands.serve import start
     from tests.waiting import until
+    from zaroz_sim.kube.emulator import KubeEmulator
 
     emu = KubeEmulator()
     url = await emu.start()

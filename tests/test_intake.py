@@ -13,11 +13,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.pipeline import Pipeline
-from exporter.server import start_site
-from exporter.sim.config import SimConfig
-from exporter.sim.route import RouteServer
-from exporter.sim.webhook import WebhookSender, delivery_plan, ping
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
@@ -26,9 +21,14 @@ from exporter.sources.intake import Intake
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
+from exporter.web.app import start_site
+from exporter.wiring.events import Pipeline
 from tests.envelopes import Log
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from tests.waiting import until
+from zaroz_sim.config import SimConfig
+from zaroz_sim.route import RouteServer
+from zaroz_sim.webhook import WebhookSender, delivery_plan, ping
 
 SECRET = b"s3cret-for-tests"
 LOGS, TRUTH = finite_logs(seed=5, workloads=2, seconds=150, rate=0.5)

@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from exporter.sim.kube import KubeEmulator
 from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import (
     KubeconfigAuth,
@@ -32,6 +31,7 @@ from exporter.sources.kube.config import (
     from_kubeconfig,
     load_access,
 )
+from zaroz_sim.kube.emulator import KubeEmulator
 
 # -- throwaway PKI -----------------------------------------------------------------------------
 

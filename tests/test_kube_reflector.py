@@ -11,7 +11,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.sim.kube import KubeEmulator
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.kube import KubeMetrics
 from exporter.sources.backoff import Backoff
@@ -20,6 +19,7 @@ from exporter.sources.kube.config import from_url
 from exporter.sources.kube.handler import Key, Store, object_key
 from exporter.sources.kube.reflector import KubeSource, Reflector
 from tests.waiting import until
+from zaroz_sim.kube.emulator import KubeEmulator
 
 WL = "units.zaroz.cloud/workload"
 

@@ -31,8 +31,8 @@ import pytest
 
 from alerts import recording, render
 from alerts.config import DEFAULT_CONFIG, SLO, Config
-from exporter.server import MetricsServer, start_site
 from exporter.sinks.metrics.family import Registry
+from exporter.web.app import MetricsServer, start_site
 from tests.components import require, stop_process
 
 THRESHOLD = 45.0

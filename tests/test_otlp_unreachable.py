@@ -14,10 +14,10 @@ from pathlib import Path
 
 import orjson
 
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
 from exporter.sinks.traces.exportlog import ExportLog, short_error
 from tests.simlogs import finite_logs
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS, _ = finite_logs(seed=5, workloads=1, seconds=300)

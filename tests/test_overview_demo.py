@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 
 from exporter.cli import build_parser
-from exporter.demo import Demo, start_demo
-from exporter.sim.cluster import ClusterMirror
+from exporter.commands.demo import Demo, start_demo
+from zaroz_sim.cluster import ClusterMirror
 
 DEADLINE_S = 30.0
 

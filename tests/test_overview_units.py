@@ -8,7 +8,7 @@ import math
 from exporter.overview.collect import overview
 from exporter.overview.history import History
 from exporter.overview.quantiles import bucket_quantile, nearest_rank
-from exporter.pipeline import Pipeline
+from exporter.wiring.events import Pipeline
 
 
 def test_bucket_quantile_interpolates_like_histogram_quantile() -> None:

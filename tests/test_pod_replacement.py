@@ -16,12 +16,12 @@ from typing import Any
 
 import aiohttp
 
-from exporter.pipeline import Pipeline
-from exporter.sim.config import SimConfig
-from exporter.sim.route import RouteServer
+from exporter.wiring.events import Pipeline
 from tests.components import require
 from tests.serving import Serve, free_port, scrape
 from tests.simlogs import finite_logs, value
+from zaroz_sim.config import SimConfig
+from zaroz_sim.route import RouteServer
 
 WL = "wl-1"
 QUERY = "sum(increase(zaroz_unit_ready_seconds_count[10m]))"

@@ -48,10 +48,10 @@ ABSENT_IN_DEMO = {"zaroz_kube_failures_total"} | {
 # The demo with a raised simulator time scale (the CLI keeps real time for humans).
 DEMO = """
 import functools, sys
-import exporter.demo as demo
+import exporter.commands.demo as demo
 from exporter import logs
 from exporter.cli import build_parser
-from exporter.sim.route import LiveFeed
+from zaroz_sim.route import LiveFeed
 demo.LiveFeed = functools.partial(LiveFeed, time_scale=float(sys.argv[1]))
 args = build_parser().parse_args(["demo", *sys.argv[2:]])
 logs.setup(args.log_level, args.log_format)

@@ -246,8 +246,8 @@ def test_exemplars_ride_on_classic_buckets():
 async def test_server_serves_protobuf_when_asked_gzipped_or_not():
     from aiohttp.test_utils import TestClient, TestServer
 
-    from exporter.pipeline import Pipeline
-    from exporter.server import MetricsServer
+    from exporter.web.app import MetricsServer
+    from exporter.wiring.events import Pipeline
 
     pipeline = Pipeline()
     pipeline.registry["zaroz_unit_ready_seconds"].labels("w").observe(1.5)

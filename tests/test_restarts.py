@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from exporter import catalog
-from exporter.expiry import ExpiryClock
-from exporter.sim.config import SimConfig
-from exporter.sim.route import RouteServer
+from exporter.wiring.expiry import ExpiryClock
 from tests.serving import Scraper, Serve, scrape
 from tests.simlogs import NS, assert_matches_truth, finite_logs, value
+from zaroz_sim.config import SimConfig
+from zaroz_sim.route import RouteServer
 
 KINDS = {m.name: m.kind for m in catalog.METRICS}
 
@@ -202,7 +202,7 @@ async def test_backlog_days_old_loses_nothing_to_expiry(tmp_path: Path, idle_tim
 def _shifted(event: dict[str, Any], seconds: int) -> dict[str, Any]:
     """A units.scaled event `seconds` after `event`, next in its log."""
     from exporter.model.timestamps import parse_rfc3339_ns
-    from exporter.sim.timefmt import TimeForm, render
+    from zaroz_sim.timefmt import TimeForm, render
 
     at = parse_rfc3339_ns(event["occurred_at"]) // NS * NS + seconds * NS
     eid = f"evt_{(int(event['id'][4:], 16) + 1) % 16**32:032x}"

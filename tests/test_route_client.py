@@ -12,9 +12,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.sim.config import Workload
-from exporter.sim.faults import FaultPlan, drop, expire, http_status, slow, truncate
-from exporter.sim.route import RouteServer
 from exporter.sources.route import (
     BadRequest,
     CursorExpired,
@@ -30,6 +27,9 @@ from exporter.sources.route import (
 )
 from exporter.sources.token import TokenError, TokenFile
 from tests.envelopes import Log
+from zaroz_sim.config import Workload
+from zaroz_sim.faults import FaultPlan, drop, expire, http_status, slow, truncate
+from zaroz_sim.route import RouteServer
 
 WL = [Workload("wl-1", "web"), Workload("wl-2", "batch")]
 

@@ -8,12 +8,12 @@ import asyncio
 import aiohttp
 
 from exporter.cli import build_parser
-from exporter.serve import start
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
+from exporter.commands.serve import start
 from exporter.sinks.traces.ids import trace_hex
 from tests.otlp_receiver import OtlpReceiver
 from tests.simlogs import finite_logs
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
 
 LOGS, TRUTH = finite_logs(seed=4, workloads=1, seconds=120)
 

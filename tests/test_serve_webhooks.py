@@ -9,12 +9,12 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
-from exporter.serve import start
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
-from exporter.sim.webhook import WebhookSender, delivery_plan
+from exporter.commands.serve import start
 from tests.simlogs import assert_matches_truth, finite_logs
 from tests.waiting import until
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
+from zaroz_sim.webhook import WebhookSender, delivery_plan
 
 LOGS, TRUTH = finite_logs(seed=8, workloads=1, seconds=200)
 (WL, EVENTS), = LOGS.items()

@@ -8,12 +8,12 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
+from exporter.commands.serve import start
 from exporter.model.signal import UnitSignal
-from exporter.serve import start
 from exporter.sharding import Shard
-from exporter.sim.kube import KubeEmulator
 from tests.unitsignals import status
 from tests.waiting import until
+from zaroz_sim.kube.emulator import KubeEmulator
 
 WORKLOADS = [f"wl-{i}" for i in range(12)]
 SHARD = Shard(0, 3)

@@ -9,12 +9,12 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
-from exporter.serve import start
-from exporter.sim.cluster import ClusterMirror
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
+from exporter.commands.serve import start
 from tests.simlogs import finite_logs
+from zaroz_sim.cluster import ClusterMirror
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
 
 LOGS, _ = finite_logs(seed=21, workloads=6, seconds=120)
 
@@ -75,7 +75,7 @@ async def test_two_shards_split_the_workloads_exactly():
 
 
 def test_shard_ordinal_comes_from_the_pod_name():
-    from exporter.serve import shard_from
+    from exporter.commands.serve import shard_from
 
     args = build_parser().parse_args(["serve", "--total-shards", "3"])
     assert shard_from(args, {"POD_NAME": "zaroz-exporter-2"}).index == 2

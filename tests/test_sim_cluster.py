@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from exporter.cluster import build_cluster
-from exporter.sim.cluster import ClusterMirror
-from exporter.sim.kube import KubeEmulator
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.unitsignals import build_cluster
 from tests.simlogs import finite_logs
+from zaroz_sim.cluster import ClusterMirror
+from zaroz_sim.kube.emulator import KubeEmulator
 
 
 def test_mirror_follows_the_log_with_stuck_and_invalid_units():

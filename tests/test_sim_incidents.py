@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from exporter.cluster import build_cluster
-from exporter.sim.cluster import ClusterMirror
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.scenario import LogNormal, SimConfig, Simulator
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.unitsignals import build_cluster
+from zaroz_sim.cluster import ClusterMirror
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.scenario import LogNormal, SimConfig, Simulator
 
 S = 1_000_000_000
 

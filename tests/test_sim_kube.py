@@ -10,9 +10,9 @@ import aiohttp
 import orjson
 import pytest
 
-from exporter.sim.kube import KubeEmulator, KubeError, decode_continue, encode_continue
-from exporter.sim.kube_select import SelectorError, merge_patch, parse_label_selector
 from tests.jsonclient import JsonClient
+from zaroz_sim.kube.emulator import KubeEmulator, KubeError, decode_continue, encode_continue
+from zaroz_sim.kube.select import SelectorError, merge_patch, parse_label_selector
 
 API = "/apis/units.zaroz.cloud/v1"
 ALL = f"{API}/unitsignals"

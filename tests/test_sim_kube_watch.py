@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from exporter.sim.kube import KubeEmulator, KubeError
+from zaroz_sim.kube.emulator import KubeEmulator, KubeError
 
 from .test_sim_kube import ALL, API, AUTH, TOKEN, Client, spec
 

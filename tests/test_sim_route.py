@@ -10,12 +10,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.sim import faults
-from exporter.sim.config import SimConfig
-from exporter.sim.faults import FaultKind, FaultPlan
-from exporter.sim.route import LiveFeed, RouteServer
-from exporter.sim.scenario import Simulator
 from tests.jsonclient import JsonClient
+from zaroz_sim import faults
+from zaroz_sim.config import SimConfig
+from zaroz_sim.faults import FaultKind, FaultPlan
+from zaroz_sim.route import LiveFeed, RouteServer
+from zaroz_sim.scenario import Simulator
 
 S = 1_000_000_000
 TOKEN = "s3cret"

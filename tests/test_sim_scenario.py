@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, FormatChecker
 
-from exporter.sim.scenario import SimConfig, Simulator, Truth
-from exporter.sim.timefmt import TimeForm, floor_ns, render
+from zaroz_sim.scenario import SimConfig, Simulator, Truth
+from zaroz_sim.timefmt import TimeForm, floor_ns, render
 
 SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "event.schema.json"
 S = 1_000_000_000

@@ -11,12 +11,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.cli import build_parser
-from exporter.serve import start
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import SimConfig
+from exporter.commands.serve import start
 from tests.components import require
 from tests.simlogs import finite_logs
 from tests.waiting import until
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import SimConfig
 
 LOGS, _ = finite_logs(seed=2, workloads=1, seconds=60)
 OM = "application/openmetrics-text; version=1.0.0"

@@ -1,4 +1,4 @@
-"""The tailer and its supervisor against the simulated events route (exporter.sim.route).
+"""The tailer and its supervisor against the simulated events route (zaroz_sim.route).
 
 Everything goes over real HTTP on loopback: RouteServer -> RouteClient -> Tailer -> WorkloadLog ->
 metrics in one Registry, and assertions read series values from that Registry.
@@ -21,11 +21,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.pipeline import Pipeline
-from exporter.sim.config import SimConfig, Workload
-from exporter.sim.faults import FaultPlan, drop, expire, http_status, lose, slow, truncate
-from exporter.sim.route import RouteServer
-from exporter.sim.scenario import Simulator
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
@@ -33,8 +28,13 @@ from exporter.sources.backoff import Backoff
 from exporter.sources.route import Page, RouteClient
 from exporter.sources.tailer import Tailer, TailSupervisor
 from exporter.sources.token import TokenFile
+from exporter.wiring.events import Pipeline
 from tests.envelopes import Log
 from tests.waiting import until
+from zaroz_sim.config import SimConfig, Workload
+from zaroz_sim.faults import FaultPlan, drop, expire, http_status, lose, slow, truncate
+from zaroz_sim.route import RouteServer
+from zaroz_sim.scenario import Simulator
 
 S = 1_000_000_000
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from exporter.pipeline import Pipeline
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
+from exporter.wiring.events import Pipeline
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Span
 from tests.simlogs import finite_logs
 from tests.test_traces import lifecycle

@@ -9,20 +9,20 @@ from dataclasses import replace
 from typing import Any
 
 from exporter.cli import build_parser
-from exporter.cluster import build_cluster
-from exporter.demo import demo_serve_args
+from exporter.commands.demo import demo_serve_args
+from exporter.commands.serve import start
 from exporter.model.timestamps import parse_rfc3339_ns
-from exporter.serve import start
-from exporter.sim.cluster import ClusterMirror
-from exporter.sim.config import LogNormal, SimConfig
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.route import LiveFeed, RouteServer
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
 from exporter.sinks.traces.join import ClusterJoin
+from exporter.wiring.unitsignals import build_cluster
 from tests.otlp_receiver import OtlpReceiver
 from tests.unitsignals import T0, iso, status, unitsignal
 from tests.waiting import until
+from zaroz_sim.cluster import ClusterMirror
+from zaroz_sim.config import LogNormal, SimConfig
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.route import LiveFeed, RouteServer
 
 WL = "wl-1"
 SECRET = "customer-secret-value"  # the userData of tests.unitsignals objects

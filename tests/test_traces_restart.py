@@ -16,14 +16,14 @@ from typing import Any
 import aiohttp
 import orjson
 
-from exporter.checkpoint import FILE
-from exporter.pipeline import Pipeline
-from exporter.sim.config import SimConfig
-from exporter.sim.route import RouteServer
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
 from exporter.sinks.traces.outbox import ACKED_FILE
+from exporter.wiring.checkpoint import FILE
+from exporter.wiring.events import Pipeline
 from tests.otlp_receiver import OtlpReceiver, Span
 from tests.simlogs import finite_logs, parse, value
+from zaroz_sim.config import SimConfig
+from zaroz_sim.route import RouteServer
 
 LOGS, _ = finite_logs(seed=11, workloads=2, seconds=200, rate=0.8)
 ROOT = Path(__file__).resolve().parent.parent

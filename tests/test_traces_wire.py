@@ -12,11 +12,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from exporter import __version__
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.traces.builder import SpanRecord
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, default_resource, otlp_exporter
 from exporter.sinks.traces.wire import Encoder, varint
+from exporter.wiring.events import Pipeline
 from tests.otlp_receiver import OtlpReceiver
 from tests.simlogs import finite_logs, parse, value
 from tests.test_traces import WL, lifecycle, records

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from exporter.cluster import build_cluster
 from exporter.model.observations import Recorder
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.unitsignals import build_cluster
 from tests.unitsignals import T0, iso, status, unitsignal
 
 NAMES = ("u1", "u2", "u3")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cluster import build_cluster
 from exporter.model.observations import Recorder
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.unitsignals import build_cluster
 from tests.unitsignals import T0, iso, status, unitsignal
 
 
@@ -295,8 +295,8 @@ def test_label_values_are_escaped_in_every_per_object_series():
 def test_list_page_returns_the_keys_the_reflector_would_have_read():
     """The cluster handler hands the reflector the keys of a LIST page (the model's own
     tuples): the same as object_key's for this shard's, another shard's and bad objects."""
-    from exporter.cluster import NamespaceHandler
     from exporter.sources.kube.handler import object_key
+    from exporter.wiring.unitsignals import NamespaceHandler
 
     model, _, _ = setup()
     handler = NamespaceHandler(model, None, owns=lambda workload: workload != "wl-other")

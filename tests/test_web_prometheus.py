@@ -15,7 +15,7 @@ import aiohttp
 import bcrypt
 
 from exporter.cli import build_parser
-from exporter.serve import start
+from exporter.commands.serve import start
 from tests.certs import CA
 from tests.components import require
 from tests.serving import free_port

@@ -17,9 +17,9 @@ import bcrypt
 import pytest
 
 from exporter.cli import build_parser
-from exporter.config import ConfigError
-from exporter.serve import start
-from exporter.webconfig import WebConfigError, parse
+from exporter.commands.config import ConfigError
+from exporter.commands.serve import start
+from exporter.web.config import WebConfigError, parse
 from tests.certs import CA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,7 +281,7 @@ async def test_webhook_on_its_own_listener_with_its_own_web_config(pki):
         await running.stop()
 
 def test_webhook_listener_mistakes(pki):
-    from exporter import config
+    from exporter.commands import config
 
     def args(*extra: str):
         return build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--kube", "off",

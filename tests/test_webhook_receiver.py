@@ -13,7 +13,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.intake import Intake
 from exporter.sources.webhook import (
@@ -23,6 +22,7 @@ from exporter.sources.webhook import (
     parse_signature,
     sign,
 )
+from exporter.wiring.events import Pipeline
 from tests.envelopes import Log
 
 NOW = 1_900_000_000

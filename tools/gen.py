@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("exporter.docsgen", "alerts", "dashboards", "deploy")
+STEPS = ("tools.docsgen", "alerts", "dashboards", "deploy")
 # Where the generators write: everything here is compared in --check.
 OUTPUTS = ("README.md", "docs", "alerts/rules", "alerts/tests", "dashboards/json", "deploy")
 

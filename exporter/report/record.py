@@ -12,11 +12,11 @@ from typing import Any
 
 import orjson
 
-from exporter.pipeline import Pipeline
-from exporter.replay import EXPIRE_EVERY
+from exporter.commands.replay import EXPIRE_EVERY
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
 from exporter.sources.files import LogFile, open_log, workload_of
+from exporter.wiring.events import Pipeline
 
 SLOWEST = 8  # units kept per workload and measurement (ready, drain)
 ANOMALIES_KEPT = 2000  # per workload; the counts stay exact beyond it

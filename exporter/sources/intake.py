@@ -30,9 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.tailer import TailSupervisor
+from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.complaints import Complaints
@@ -38,6 +37,7 @@ from exporter.sources.route import (
     UnknownWorkload,
 )
 from exporter.sources.tasks import cancel
+from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
 

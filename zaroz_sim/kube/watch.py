@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from exporter.sim.kube_faults import KubeFault, KubeFaultKind
-from exporter.sim.kube_select import SelectorError, parse_field_selector, parse_label_selector
-from exporter.sim.kube_store import API_VERSION, KIND, Event, KubeError, Obj, too_old
+from zaroz_sim.kube.faults import KubeFault, KubeFaultKind
+from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
+from zaroz_sim.kube.store import API_VERSION, KIND, Event, KubeError, Obj, too_old
 
 if TYPE_CHECKING:
-    from exporter.sim.kube import KubeEmulator
+    from zaroz_sim.kube.emulator import KubeEmulator
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 

@@ -14,10 +14,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.sim.config import LogNormal, SimConfig, Workload
-from exporter.sim.timefmt import floor_ns, random_form, render
-from exporter.sim.truth import Truth
-from exporter.sim.unitplan import Planned, extras, plan_unit
+from zaroz_sim.config import LogNormal, SimConfig, Workload
+from zaroz_sim.timefmt import floor_ns, random_form, render
+from zaroz_sim.truth import Truth
+from zaroz_sim.unitplan import Planned, extras, plan_unit
 
 __all__ = ["LogNormal", "SimConfig", "Simulator", "Truth", "Workload"]
 

@@ -38,11 +38,11 @@ from typing import Any
 
 import orjson
 
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.state import metric_state, restore_metrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.route import CursorExpired, RouteClient
+from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import random
 import time
 import uuid
@@ -17,7 +18,17 @@ from typing import Any
 import aiohttp
 import orjson
 
-from exporter.sources.webhook import PATH, sign
+PATH = "/v1/webhooks/events"
+
+
+def sign(secret: bytes, t: int, body: bytes) -> str:
+    """The platform's v1 signature (platform.md): hex HMAC-SHA256 of `<t>.<raw body>`.
+
+    Written here from the platform's description, not imported from the exporter, so the tests
+    that deliver through this sender check the exporter's verification independently.
+    """
+    return hmac.new(secret, str(t).encode() + b"." + body, hashlib.sha256).hexdigest()
+
 
 
 def ping(seq: int, occurred_at: str = "2030-01-01T00:00:00Z") -> dict[str, Any]:

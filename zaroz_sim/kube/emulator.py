@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from exporter.sim.kube_faults import KubeFault, KubeFaultKind, KubeFaults
-from exporter.sim.kube_select import SelectorError, parse_field_selector, parse_label_selector
-from exporter.sim.kube_store import (
+from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
+from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
+from zaroz_sim.kube.store import (
     API_VERSION,
     GROUP,
     KIND,
@@ -36,7 +36,7 @@ from exporter.sim.kube_store import (
     Obj,
     ObjectStore,
 )
-from exporter.sim.kube_watch import bad_request, close_transport, int_param, serve_watch
+from zaroz_sim.kube.watch import bad_request, close_transport, int_param, serve_watch
 
 __all__ = ["KubeEmulator", "KubeError", "KubeFaultKind", "KubeFaults", "KubeRequest",
            "decode_continue", "encode_continue"]  # fmt: skip

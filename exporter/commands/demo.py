@@ -10,15 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.commands.serve import Running, run_until_stopped, start
 from exporter.model.timestamps import parse_rfc3339_ns
-from exporter.serve import Running, run_until_stopped, start
-from exporter.sim.cluster import ClusterMirror
-from exporter.sim.config import SimConfig
-from exporter.sim.faults import FaultKind, FaultPlan
-from exporter.sim.kube import KubeEmulator
-from exporter.sim.route import LiveFeed, RouteServer
+from zaroz_sim.cluster import ClusterMirror
+from zaroz_sim.config import SimConfig
+from zaroz_sim.faults import FaultKind, FaultPlan
+from zaroz_sim.kube.emulator import KubeEmulator
+from zaroz_sim.route import LiveFeed, RouteServer
 
-log = logging.getLogger("exporter.demo")
+log = logging.getLogger("exporter.commands.demo")
 DEMO_FAULT_RATE = 0.02  # per request and fault kind, when --faults is on
 DEMO_FAULT_KINDS = (FaultKind.STATUS, FaultKind.DROP, FaultKind.TRUNCATE, FaultKind.SLOW)
 Listener = Callable[[str, list[dict[str, Any]]], None]

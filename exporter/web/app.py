@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from exporter.checkpoint import Checkpointer, CheckpointError, render_checkpointed
 from exporter.overview.web import Overview
 from exporter.sinks.metrics.exposition import CONTENT_TYPES, coalesce, negotiate
 from exporter.sinks.metrics.family import Registry
+from exporter.wiring.checkpoint import Checkpointer, CheckpointError, render_checkpointed
 
 Readiness = Callable[[], tuple[bool, str]]
-log = logging.getLogger("exporter.server")
+log = logging.getLogger("exporter.web.app")
 
 
 def _accepts_gzip(header: str | None) -> bool:

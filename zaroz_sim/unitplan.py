@@ -10,9 +10,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.sim.config import LogNormal, SimConfig, Workload
-from exporter.sim.timefmt import TimeForm, floor_ns, random_form
-from exporter.sim.truth import DRAIN_REASONS, Effect, Interval, Outcome, drain_reason
+from zaroz_sim.config import LogNormal, SimConfig, Workload
+from zaroz_sim.timefmt import TimeForm, floor_ns, random_form
+from zaroz_sim.truth import DRAIN_REASONS, Effect, Interval, Outcome, drain_reason
 
 _MS = 1_000_000
 _S = 1_000_000_000

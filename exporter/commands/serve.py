@@ -18,14 +18,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from exporter import config
-from exporter.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.cli import native_config
-from exporter.cluster import NamespaceHandler, build_cluster
-from exporter.config import ConfigError
-from exporter.expiry import ExpiryClock
-from exporter.pipeline import Pipeline
-from exporter.server import MetricsServer, start_site
+from exporter.commands import config
+from exporter.commands.config import ConfigError
 from exporter.sharding import Shard
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
@@ -37,8 +32,13 @@ from exporter.sources.tailer import TailSupervisor
 from exporter.sources.tasks import cancel
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
+from exporter.web.app import MetricsServer, start_site
+from exporter.wiring.checkpoint import Checkpointer, CheckpointError, prepare_start
+from exporter.wiring.events import Pipeline
+from exporter.wiring.expiry import ExpiryClock
+from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
 
-log = logging.getLogger("exporter.serve")
+log = logging.getLogger("exporter.commands.serve")
 TRACES_SHUTDOWN_S = 1.0  # an unreachable collector never delays exit by more than ~1.5 s
 
 
@@ -143,8 +143,8 @@ def _select_families(pipeline: Pipeline, families: Any) -> None:
 
 
 async def _expire_loop(running: Running, interval: float) -> None:
-    """Idle-unit sweeps by each workload's event clock (exporter.expiry); the wall time of the
-    sweep is read here, never in the model."""
+    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py); the wall time of
+    the sweep is read here, never in the model."""
     clock = ExpiryClock()
     while True:
         await asyncio.sleep(interval)

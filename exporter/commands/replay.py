@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from exporter.model.observations import Observer
-from exporter.pipeline import Pipeline
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.native import DEFAULT_NATIVE, NativeConfig
@@ -24,6 +23,7 @@ from exporter.sources.files import (
     read_numbered,
     workload_of,
 )
+from exporter.wiring.events import Pipeline
 
 if TYPE_CHECKING:
     from exporter.sinks.traces.otlp import TraceSink

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from exporter.sim.config import SimConfig, Workload
-from exporter.sim.faults import (
+from zaroz_sim.config import SimConfig, Workload
+from zaroz_sim.faults import (
     FaultKind,
     FaultPlan,
     drop_connection,
@@ -25,7 +25,7 @@ from exporter.sim.faults import (
     send_truncated,
     status_response,
 )
-from exporter.sim.scenario import Simulator
+from zaroz_sim.scenario import Simulator
 
 _INT = re.compile(r"-?[0-9]+")
 _PARAMS = (("after", "invalid_after", 0, None), ("limit", "invalid_limit", 1, 1000),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.pipeline import Pipeline
+from exporter.wiring.events import Pipeline
 
 
 class ExpiryClock:

@@ -1,6 +1,6 @@
 """Writes the metric reference (README section and docs/metrics.md) from the catalog.
 
-`python -m exporter.docsgen` regenerates both; a test fails when either is stale.
+`python -m tools.docsgen` regenerates both; a test fails when either is stale.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def family_lists() -> str:
 def metrics_doc() -> str:
     return (
         "# Metric reference\n\n"
-        "Generated from `exporter/catalog.py` by `python -m exporter.docsgen`; do not edit.\n\n"
+        "Generated from `exporter/catalog.py` by `python -m tools.docsgen`; do not edit.\n\n"
         f"{INTERPRETATIONS}\n## Metrics\n\n{table()}\n{STANDARD_INTRO}{standard_table()}\n"
         f"{family_lists()}"
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from exporter.sim.kube_select import merge_patch
+from zaroz_sim.kube.select import merge_patch
 
 GROUP = "units.zaroz.cloud"
 VERSION = "v1"

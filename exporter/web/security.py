@@ -34,8 +34,8 @@ from pathlib import Path
 import bcrypt
 from aiohttp import web
 
-from exporter import webconfig
-from exporter.webconfig import WebConfig, WebConfigError
+from exporter.web import config as webconfig
+from exporter.web.config import WebConfig, WebConfigError
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Demo: serve a live simulated events route, e.g. `python -m exporter.sim --port 8090`."""
+"""Demo: serve a live simulated events route, e.g. `python -m zaroz_sim --port 8090`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 import asyncio
 import contextlib
 
-from exporter.sim.config import SimConfig
-from exporter.sim.faults import FaultKind, FaultPlan
-from exporter.sim.route import LiveFeed, RouteServer
+from zaroz_sim.config import SimConfig
+from zaroz_sim.faults import FaultKind, FaultPlan
+from zaroz_sim.route import LiveFeed, RouteServer
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.sim.kube import KubeEmulator
+from zaroz_sim.kube.emulator import KubeEmulator
 
 WORKLOAD_LABEL = "units.zaroz.cloud/workload"
 # unit-signal-spec.schema.json's label names: event labels such as the workload label don't fit.

@@ -117,9 +117,9 @@ def check_state_dir(flag: str, value: str) -> None:
 
 
 def web_security(flag: str, path: str | None, name: str) -> Any:
-    """The listener's web config in force (exporter.websecurity.WebSecurity), loaded now."""
-    from exporter.webconfig import WebConfigError
-    from exporter.websecurity import WebSecurity
+    """The listener's web config in force (exporter.web.security.WebSecurity), loaded now."""
+    from exporter.web.config import WebConfigError
+    from exporter.web.security import WebSecurity
 
     try:
         return WebSecurity(path, name)

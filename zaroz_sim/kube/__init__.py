@@ -1,0 +1,1 @@
+"""The Kubernetes API emulator: the real wire protocol for UnitSignals, with faults."""
