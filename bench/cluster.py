@@ -70,9 +70,8 @@ from bench._common import (
     table,
 )
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.sharding import Shard
 from exporter.model.unitsignals import DRAIN_REASONS, STATUS_FIELDS, UnitSignalModel
-from exporter.sharding import Shard
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.kube import KubeMetrics
@@ -81,6 +80,7 @@ from exporter.sources.kube.api import KubeApi, _decode_event, _decode_typed_even
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.reflector import KubeSource, Reflector
 from exporter.sources.kube.typed import decode_event, decode_list
+from exporter.timestamps import parse_rfc3339_ns
 from exporter.web.app import MetricsServer, start_site
 from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
 from zaroz_sim.kube.emulator import KubeEmulator

@@ -24,9 +24,9 @@ import orjson
 
 from bench._common import header, interleaved, mib, ms, spread, table
 from bench.cluster import ALLOWLIST, PAGE_SIZE, Emulator, Shape, fetch_pages, release_frozen
-from exporter.families import FamilyFilter
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.selection import FamilyFilter
 from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
 
 DENY = "zaroz_unitsignal_.*"

@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           otlp_endpoint=args.otlp_endpoint, report=args.report,
                           explain=args.explain, explain_max=args.explain_max,
                           native=native_config(args))
-    from exporter import logs
+    from exporter.commands import logs
 
     logs.setup(args.log_level, args.log_format)
     if args.command == "serve":

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from exporter import logs
 from exporter.cli import build_parser
+from exporter.commands import logs
 from exporter.commands.serve import run_until_stopped, start
 from tests.simlogs import finite_logs
 from zaroz_sim.route import RouteServer

@@ -2,7 +2,7 @@
 
 Differential property tests: generated valid instances and deliberately broken ones (each
 mutation is invalid by the schema's letter), checked by both validators; date-time strings are
-also checked against exporter.model.timestamps.parse_rfc3339_ns, which reads occurred_at later.
+also checked against exporter.timestamps.parse_rfc3339_ns, which reads occurred_at later.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import contract_explain
 from exporter.contract import (
     SCHEMA_NAMES,
     SCHEMAS,
@@ -28,7 +27,8 @@ from exporter.contract import (
     is_valid_unit_signal_status,
     validator,
 )
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.contract import detail as contract_explain
+from exporter.timestamps import parse_rfc3339_ns
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -9,9 +9,9 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.exposition import render_bytes
-from exporter.sinks.traces.ids import trace_hex
+from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
 from tests.components import require
 from tests.envelopes import Log

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from exporter import catalog
-from exporter.families import EVERYTHING, FamilyFilter, FamilyListError
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.selection import EVERYTHING, FamilyFilter, FamilyListError
 from exporter.wiring.unitsignals import build_cluster
 from tests.unitsignals import T0, status, unitsignal
 

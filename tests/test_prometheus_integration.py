@@ -49,7 +49,7 @@ ABSENT_IN_DEMO = {"zaroz_kube_failures_total"} | {
 DEMO = """
 import functools, sys
 import exporter.commands.demo as demo
-from exporter import logs
+from exporter.commands import logs
 from exporter.cli import build_parser
 from zaroz_sim.route import LiveFeed
 demo.LiveFeed = functools.partial(LiveFeed, time_scale=float(sys.argv[1]))

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from exporter.sinks.traces.ids import trace_hex
+from exporter.model.traceids import trace_hex
 from tests.browser import chromium, look
 from tests.simlogs import finite_logs
 

@@ -201,7 +201,7 @@ async def test_backlog_days_old_loses_nothing_to_expiry(tmp_path: Path, idle_tim
 
 def _shifted(event: dict[str, Any], seconds: int) -> dict[str, Any]:
     """A units.scaled event `seconds` after `event`, next in its log."""
-    from exporter.model.timestamps import parse_rfc3339_ns
+    from exporter.timestamps import parse_rfc3339_ns
     from zaroz_sim.timefmt import TimeForm, render
 
     at = parse_rfc3339_ns(event["occurred_at"]) // NS * NS + seconds * NS

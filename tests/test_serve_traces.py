@@ -9,7 +9,7 @@ import aiohttp
 
 from exporter.cli import build_parser
 from exporter.commands.serve import start
-from exporter.sinks.traces.ids import trace_hex
+from exporter.model.traceids import trace_hex
 from tests.otlp_receiver import OtlpReceiver
 from tests.simlogs import finite_logs
 from zaroz_sim.route import RouteServer

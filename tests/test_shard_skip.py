@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
 from exporter.commands.serve import start
+from exporter.model.sharding import Shard
 from exporter.model.signal import UnitSignal
-from exporter.sharding import Shard
 from tests.unitsignals import status
 from tests.waiting import until
 from zaroz_sim.kube.emulator import KubeEmulator

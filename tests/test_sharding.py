@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sharding import Shard, jump_hash, ordinal_from_pod_name, shard_of
+from exporter.model.sharding import Shard, jump_hash, ordinal_from_pod_name, shard_of
 
 WORKLOADS = [f"wl-{i}" for i in range(2000)]
 

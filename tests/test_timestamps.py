@@ -1,4 +1,4 @@
-"""exporter.model.timestamps: exact RFC 3339 parsing, including the memoised fast path."""
+"""exporter.timestamps: exact RFC 3339 parsing, including the memoised fast path."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.model import timestamps
-from exporter.model.timestamps import format_ns, parse_rfc3339_ns
+from exporter import timestamps
+from exporter.timestamps import format_ns, parse_rfc3339_ns
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 NS = 1_000_000_000

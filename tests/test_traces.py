@@ -14,10 +14,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from exporter.commands.replay import run as replay_run
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.traceids import span_id_of, trace_hex, trace_id_of
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
-from exporter.sinks.traces.ids import span_id_of, trace_hex, trace_id_of
 from exporter.sinks.traces.otlp import (
     TraceConfig,
     TraceSink,
@@ -25,6 +24,7 @@ from exporter.sinks.traces.otlp import (
     traces_enabled,
     traces_url,
 )
+from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
 from tests.envelopes import Log
 from tests.otlp_receiver import OtlpReceiver, Span

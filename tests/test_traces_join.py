@@ -11,10 +11,10 @@ from typing import Any
 from exporter.cli import build_parser
 from exporter.commands.demo import demo_serve_args
 from exporter.commands.serve import start
-from exporter.model.timestamps import parse_rfc3339_ns
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
 from exporter.sinks.traces.join import ClusterJoin
+from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.unitsignals import build_cluster
 from tests.otlp_receiver import OtlpReceiver
 from tests.unitsignals import T0, iso, status, unitsignal

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.sharding import Shard, ordinal_from_pod_name
+from exporter.model.sharding import Shard, ordinal_from_pod_name
 
 _LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
@@ -151,8 +151,8 @@ def _webhook_listener(args: argparse.Namespace, bind: bool) -> None:
 
 
 def family_filter(args: argparse.Namespace) -> Any:
-    """--metric-allowlist/-denylist/-opt-in-list as an exporter.families.FamilyFilter."""
-    from exporter.families import FamilyFilter, FamilyListError
+    """--metric-allowlist/-denylist/-opt-in-list as a sinks.metrics.selection.FamilyFilter."""
+    from exporter.sinks.metrics.selection import FamilyFilter, FamilyListError
 
     try:
         return FamilyFilter.parse(getattr(args, "metric_allowlist", None) or (),

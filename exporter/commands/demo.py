@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.commands.serve import Running, run_until_stopped, start
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.timestamps import parse_rfc3339_ns
 from zaroz_sim.cluster import ClusterMirror
 from zaroz_sim.config import SimConfig
 from zaroz_sim.faults import FaultKind, FaultPlan

@@ -21,7 +21,7 @@ from aiohttp import web
 from exporter.cli import native_config
 from exporter.commands import config
 from exporter.commands.config import ConfigError
-from exporter.sharding import Shard
+from exporter.model.sharding import Shard
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics

@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter import catalog
 from exporter.model.observations import Observer
-from exporter.model.timestamps import parse_rfc3339_ns as ns_of
+from exporter.timestamps import parse_rfc3339_ns as ns_of
 
 DRAIN_REASONS = frozenset(catalog.DRAIN_REASONS)
 

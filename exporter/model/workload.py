@@ -14,8 +14,8 @@ from exporter.catalog import EVENT_TYPES, UNKNOWN
 from exporter.contract import is_valid_event
 from exporter.model.observations import Observer
 from exporter.model.seqranges import SeqRanges
-from exporter.model.timestamps import parse_rfc3339_ns
 from exporter.model.units import HANDLERS, Unit
+from exporter.timestamps import parse_rfc3339_ns
 
 KNOWN_TYPES = frozenset(EVENT_TYPES)
 PING = "webhook.ping"

@@ -10,12 +10,12 @@ from html import escape
 
 from exporter import __version__, catalog
 from exporter.commands.replay import ANOMALIES, anomaly_rows, summary_rows
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.traceids import trace_hex
 from exporter.overview import svg
 from exporter.overview.history import BOUNDS
 from exporter.overview.style import CSS, ICON
 from exporter.report.record import Event, ReportMetrics
-from exporter.sinks.traces.ids import trace_hex
+from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
 
 BINS = 24  # time bins of the trend charts

@@ -127,7 +127,7 @@ class Intake:
         if sup.fixed is not None:
             ok = workload in sup.fixed and (owns is None or owns(workload))
             return self.pipeline.workload(workload) if ok else None
-        # Another shard's workload (exporter.sharding) is not started here: its shard reads it.
+        # Another shard's workload (model/sharding.py) is not started here: its shard reads it.
         return self.pipeline.workload(workload) if sup.add(workload) else None
 
     # -- gaps and backfills --------------------------------------------------------------------

@@ -346,7 +346,7 @@ class TailSupervisor:
         **tailer_options: Any,
     ) -> None:
         self.client = client
-        self.owns = owns or (lambda _: True)  # this shard's workloads (exporter.sharding)
+        self.owns = owns or (lambda _: True)  # this shard's workloads (exporter.model.sharding)
         self.pipeline = pipeline
         self.metrics = metrics
         self.fixed = list(dict.fromkeys(workloads)) if workloads else None

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from exporter.catalog import Kind, Metric
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import ZERO_THRESHOLD
-from exporter.sinks.traces.ids import trace_hex
+from exporter.timestamps import parse_rfc3339_ns
 
 if TYPE_CHECKING:
     from exporter.sinks.metrics.family import Registry

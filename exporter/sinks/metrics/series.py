@@ -12,9 +12,9 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import NativeBuckets
-from exporter.sinks.traces.ids import trace_hex
+from exporter.timestamps import parse_rfc3339_ns
 
 if TYPE_CHECKING:
     from exporter.sinks.metrics.family import Family
@@ -108,7 +108,7 @@ class HistogramSeries:
     """A histogram kept in integer nanoseconds, so sums are exact and bucket edges inclusive.
 
     Exemplars: each bucket keeps its latest observation's unit (as `trace_id`, the unit's trace,
-    see `sinks.traces.ids`), value and event time. They are rendered into `om_line` only: the
+    see `model.traceids`), value and event time. They are rendered into `om_line` only: the
     text format 0.0.4 has no exemplars and its parsers reject them. The trace id is hashed at
     render time, so an observation costs a tuple store.
     """

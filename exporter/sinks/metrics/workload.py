@@ -5,7 +5,7 @@ attribute access and an increment.
 
 The headline histograms carry exemplars (OpenMetrics only): the unit's trace id, the duration
 and the occurred_at of the event that ended it. Always, traces on or off: trace ids are derived
-from the unit id (`sinks.traces.ids`), so an exemplar is valid before its trace exists, and a
+from the unit id (`model.traceids`), so an exemplar is valid before its trace exists, and a
 `replay --otlp-endpoint` of the same log later exports exactly the trace it names.
 """
 

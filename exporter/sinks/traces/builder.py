@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.model.timestamps import parse_rfc3339_ns as ns_of
+from exporter.model.traceids import span_id_of, trace_id_of
 from exporter.model.units import DRAIN_REASONS
-from exporter.sinks.traces.ids import span_id_of, trace_id_of
+from exporter.timestamps import parse_rfc3339_ns as ns_of
 
 Attrs = dict[str, Any]
 MAX_ROOT_EVENTS = 128  # the SDK's default span event limit; a flapping unit keeps the first ones

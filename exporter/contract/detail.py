@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator, FormatChecker, ValidationError
 from jsonschema.exceptions import best_match
 
 from exporter.contract import _schema
-from exporter.model.timestamps import parse_rfc3339_ns
+from exporter.timestamps import parse_rfc3339_ns
 
 
 def _is_date_time(instance: object) -> bool:

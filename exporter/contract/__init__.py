@@ -8,7 +8,7 @@ configured to agree with jsonschema-rs where the two differ out of the box (guar
 - ``format: date-time``: rfc3339-validator rejects leap seconds (``23:59:60``) and year 0000 and
   accepts a trailing newline; jsonschema-rs accepts ``:60`` when the UTC time is 23:59 (after the
   offset) and rejects the newline. The python side checks with
-  :func:`exporter.model.timestamps.parse_rfc3339_ns`, which implements jsonschema-rs's rule, so
+  :func:`exporter.timestamps.parse_rfc3339_ns`, which implements jsonschema-rs's rule, so
   the schema and the parser that later reads ``occurred_at`` cannot disagree either.
 - ``pattern``: Python's ``$`` also matches before a final ``\\n`` (so ``"evt_…\\n"`` matched
   ``^evt_…$``); jsonschema-rs's ``$`` is end of text. The python side rewrites ``$`` to ``\\Z``.
@@ -63,7 +63,7 @@ def _schema_dir() -> Traversable:
     packaged = importlib.resources.files("exporter") / "schemas"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "schemas"
+    return Path(__file__).resolve().parents[2] / "schemas"
 
 
 def _load(directory: Traversable) -> Mapping[str, Mapping[str, Any]]:
@@ -115,6 +115,6 @@ def explain(
     schema_name: str, instance: Any, *, max_errors: int = 10, max_len: int = 200
 ) -> list[str]:
     """Readable reasons why ``instance`` fails ``schema_name`` (``[]`` when valid); for logs."""
-    from exporter.contract_explain import explain as _explain
+    from exporter.contract.detail import explain as _explain
 
     return _explain(schema_name, instance, max_errors=max_errors, max_len=max_len)
