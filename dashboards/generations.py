@@ -9,7 +9,7 @@ from __future__ import annotations
 from grafanalib import core as g
 
 from alerts import recording
-from exporter import catalog
+from exporter import vocabulary
 
 from . import lib
 from .lib import NAMESPACE, WORKLOAD, eq, rate, rate_by, select, target
@@ -151,7 +151,7 @@ def build() -> g.Dashboard:
                             select(
                                 "zaroz_unitsignal_conformance_violations_total",
                                 workload=WORKLOAD,
-                                rule=eq("agent_restart", catalog.VIOLATION_RULES),
+                                rule=eq("agent_restart", vocabulary.VIOLATION_RULES),
                             )
                         )
                         + ")",

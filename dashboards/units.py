@@ -10,7 +10,7 @@ from __future__ import annotations
 from grafanalib import core as g
 
 from alerts import recording
-from exporter import catalog
+from exporter import vocabulary
 
 from . import lib
 from .lib import WORKLOAD, one_of, rate, rate_by, select, target
@@ -127,7 +127,7 @@ def build() -> g.Dashboard:
                                 "zaroz_unit_allocations_total",
                                 workload=WORKLOAD,
                                 outcome=one_of(
-                                    ["undelivered", "abandoned"], catalog.ALLOCATION_OUTCOMES
+                                    ["undelivered", "abandoned"], vocabulary.ALLOCATION_OUTCOMES
                                 ),
                             )
                         )

@@ -48,53 +48,8 @@ DRAIN_BUCKETS = READY_BUCKETS
 ACK_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 OBSERVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-# Bounded label values.
-DRAIN_REASONS = ("stop", "destroy", "replace", "scale_down")
-ALLOCATION_OUTCOMES = ("delivered", "undelivered", "superseded", "abandoned")
-STARTUP_OUTCOMES = ("ready", "failed", "destroyed")
-INVALID_REASONS = ("json", "schema")
-# Where an event came from: the events route, a webhook delivery, or a file (replay).
-EVENT_SOURCES = ("route", "webhook", "file")
-SKEW_MEASUREMENTS = ("ready", "allocation_ack", "drain")
-EVENT_TYPES = (
-    "unit.created",
-    "unit.starting",
-    "unit.ready",
-    "unit.accepting",
-    "unit.not_accepting",
-    "unit.allocated",
-    "unit.allocation_delivered",
-    "unit.allocation_undelivered",
-    "unit.idle",
-    "unit.busy",
-    "unit.draining",
-    "unit.stopped",
-    "unit.exited",
-    "unit.failed",
-    "unit.destroyed",
-    "units.scaled",
-    "webhook.ping",
-)
-UNKNOWN = "unknown"
-OTHER = "other"
-# Exit codes kept as label values; every other code is `other`.
-EXIT_CODES = ("0", "1", "2", "126", "127", "130", "134", "137", "139", "143")
-
 _W = ("workload",)
 _US = ("namespace", "unitsignal", "workload")
-PHASES = ("starting", "ready", "allocated", "draining")
-VIOLATION_RULES = (
-    "spec_schema",
-    "status_schema",
-    "observed_generation_regressed",
-    "observed_generation_ahead",
-    "unknown_allocation_ack",
-    "agent_restart",
-)
-
-# Kubernetes list/watch: bounded label values.
-KUBE_RELIST_REASONS = ("initial", "expired", "error")
-KUBE_WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "unknown")
 
 METRICS: tuple[Metric, ...] = (
     # Headline measurements (event clock), names fixed by measurements.md.

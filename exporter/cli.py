@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.commands.config import ConfigError
+from exporter.commands.config import (
+    ConfigError,
+    ServeConfig,
+    native_config,
+    validate_common,
+)
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
@@ -130,14 +135,6 @@ def _native_flags(p: argparse.ArgumentParser, scope: str = "") -> None:
     _add(p, "--native-histogram-max-buckets", help="native buckets a series may hold; beyond, "
          "its resolution is halved (schema - 1, neighbours merged, counts kept, never reset) "
          "until it fits; 0: no limit", type=_bucket_limit, default=160, scope=scope)
-
-
-def native_config(args: argparse.Namespace) -> Any:
-    """The registry's NativeConfig from the flags (None: classic buckets only)."""
-    from exporter.sinks.metrics.native import NativeConfig
-
-    schema = args.native_histogram_schema
-    return None if schema is None else NativeConfig(schema, args.native_histogram_max_buckets)
 
 
 def _csv(v: str) -> list[str]:
@@ -290,16 +287,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "serve")
+    serve_config = None
     try:
         args = build_parser().parse_args(argv)
         if args.command == "serve":
-            from exporter.commands import config
-
-            config.validate(args)
+            serve_config = ServeConfig.from_args(args)
         elif args.command == "demo":
-            from exporter.commands import config
-
-            config.validate_common(args)
+            validate_common(args)
     except ConfigError as e:
         print(e.line(argv[0] if argv and not argv[0].startswith("-") else ""), file=sys.stderr)
         return 2
@@ -320,10 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from exporter.commands import logs
 
     logs.setup(args.log_level, args.log_format)
-    if args.command == "serve":
+    if serve_config is not None:
         from exporter.commands import serve
 
-        return serve.main(args)
+        return serve.main(serve_config)
     from exporter.commands import demo
 
     return demo.main(args)

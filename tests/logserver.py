@@ -11,6 +11,7 @@ import sys
 
 from exporter.cli import build_parser
 from exporter.commands import logs
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import run_until_stopped, start
 from tests.simlogs import finite_logs
 from zaroz_sim.route import RouteServer
@@ -27,7 +28,7 @@ async def main(seed: int, workloads: int, seconds: int, rate: float, duration: f
                                       "off", *[f"--workload={w}" for w in log], *flags])
     logs.setup(args.log_level, args.log_format)
     try:
-        await run_until_stopped(await start(args), duration)
+        await run_until_stopped(await start(ServeConfig.from_args(args)), duration)
     finally:
         await route.stop()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalog
+from exporter import catalog, vocabulary
 from exporter.sinks.metrics.series import format_value
 from zaroz_sim.scenario import SimConfig, Simulator, Truth
 
@@ -93,7 +93,7 @@ def assert_matches_truth(samples: dict, truth: Truth, workloads: list[str],
             if w == wl:
                 counter("zaroz_unit_failures_total", n, workload=wl, reason=reason)
         if not allow_duplicates:
-            for source in catalog.EVENT_SOURCES:
+            for source in vocabulary.EVENT_SOURCES:
                 counter("zaroz_events_duplicate_total", 0, workload=wl, source=source)
         counter("zaroz_events_gaps_total", 0, workload=wl)
         counter("zaroz_events_invalid_total", 0, workload=wl, reason="schema")

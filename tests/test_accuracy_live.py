@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.faults import FaultKind, FaultPlan, drop, http_status, slow, truncate
@@ -41,7 +42,7 @@ async def _run(faults: FaultPlan) -> tuple[str, RouteServer]:
     for wl, evs in LOGS.items():
         route.append(wl, evs)
     base = await route.start()
-    running = await start(serve_args(events_url=base, workload=list(LOGS)))
+    running = await start(ServeConfig.from_args(serve_args(events_url=base, workload=list(LOGS))))
     try:
         for _ in range(600):
             if running.ready():
@@ -89,7 +90,7 @@ async def demo_like():
     evs = next(iter(LOGS.values()))
     route.append(workloads[0].id, evs)
     base = await route.start()
-    running = await start(serve_args(events_url=base))  # discovery
+    running = await start(ServeConfig.from_args(serve_args(events_url=base)))  # discovery
     yield running, route
     await running.stop()
     await route.stop()
@@ -121,7 +122,7 @@ async def test_not_ready_until_caught_up():
     route = RouteServer(SimConfig(workloads=1).workload_list())
     base = await route.start()
     await route.stop()  # nothing listens there any more
-    running = await start(serve_args(events_url=base, workload=["wl-1"]))
+    running = await start(ServeConfig.from_args(serve_args(events_url=base, workload=["wl-1"])))
     try:
         text, resp, _ = await _scrape(f"{running.url}/readyz")
         assert resp.status == 503 and "not ready" in text

@@ -44,6 +44,7 @@ from aiohttp import web
 from alerts import render
 from alerts.config import DEFAULT_BURN_RATES, DEFAULT_CONFIG, DEFAULT_RUNBOOK_BASE
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.demo import demo_serve_args
 from exporter.commands.serve import start
 from tests.components import missing, require, stop_process
@@ -264,7 +265,7 @@ async def _platform(listen: str) -> AsyncIterator[tuple[ClusterMirror, str]]:
     kube_url = await kube.start()
     feed.start()
     args = build_parser().parse_args(["demo", "--listen", listen, "--log-level", "warning"])
-    running = await start(demo_serve_args(args, route_url, kube_url))
+    running = await start(ServeConfig.from_args(demo_serve_args(args, route_url, kube_url)))
     try:
         yield mirror, running.url.removeprefix("http://").rstrip("/")
     finally:

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import Running, start
 from tests.unitsignals import status as full_status
 from tests.waiting import until
@@ -71,7 +72,7 @@ async def _serve(emu: KubeEmulator) -> Running:
     args = build_parser().parse_args([
         "serve", "--listen", "127.0.0.1:0", "--kube", "on", "--kube-api-url", str(emu.url),
         "--backoff-max", "0.2"])
-    return await start(args)
+    return await start(ServeConfig.from_args(args))
 
 
 async def test_crd_absent_then_installed_then_deleted_then_installed_again(emu):

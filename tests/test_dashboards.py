@@ -14,7 +14,7 @@ import dashboards
 from alerts import recording
 from dashboards import lib, promql
 from dashboards.__main__ import main as dashboards_main
-from exporter import catalog
+from exporter import catalog, vocabulary
 from tests.components import require
 
 GENERATED = dashboards.generate()
@@ -231,7 +231,7 @@ def test_the_name_check_catches_an_unknown_metric() -> None:
     with pytest.raises(ValueError, match="histogram"):
         lib.select("zaroz_unit_ready_seconds")
     with pytest.raises(ValueError):
-        lib.one_of(["delivered", "lost"], catalog.ALLOCATION_OUTCOMES)
+        lib.one_of(["delivered", "lost"], vocabulary.ALLOCATION_OUTCOMES)
     with pytest.raises(KeyError):
         lib.recorded("workload:zaroz_unit_ready_seconds:p90_5m")
 

@@ -124,6 +124,7 @@ async def test_serve_with_the_denylist_exposes_no_per_object_series():
     import aiohttp
 
     from exporter.cli import build_parser
+    from exporter.commands.config import ServeConfig
     from exporter.commands.serve import start
     from tests.waiting import until
     from zaroz_sim.kube.emulator import KubeEmulator
@@ -140,7 +141,7 @@ async def test_serve_with_the_denylist_exposes_no_per_object_series():
         for extra in ([], ["--metric-denylist", "zaroz_unitsignal_.*"]):
             args = build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--kube", "on",
                                               "--kube-api-url", url, *extra])
-            running = await start(args)
+            running = await start(ServeConfig.from_args(args))
             try:
                 await until(running.ready, 10, interval=0.05)
                 async with aiohttp.ClientSession() as s, s.get(f"{running.url}/metrics") as r:

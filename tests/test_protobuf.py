@@ -282,7 +282,8 @@ async def test_server_serves_protobuf_when_asked_gzipped_or_not():
 
 
 def test_native_flags_env_vars_and_mistakes(monkeypatch, capsys):
-    from exporter.cli import build_parser, native_config
+    from exporter.cli import build_parser
+    from exporter.commands.config import native_config
 
     args = build_parser().parse_args(["serve"])
     assert native_config(args) == NativeConfig(3, 160)

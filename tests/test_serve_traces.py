@@ -8,6 +8,7 @@ import asyncio
 import aiohttp
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from exporter.model.traceids import trace_hex
 from tests.otlp_receiver import OtlpReceiver
@@ -27,7 +28,7 @@ async def test_serve_exports_traces_and_exemplars():
         args = build_parser().parse_args([
             "serve", "--listen", "127.0.0.1:0", "--wait", "1", "--events-url", base,
             "--kube", "off", "--otlp-endpoint", rx.endpoint, "--workload", wl])
-        running = await start(args)
+        running = await start(ServeConfig.from_args(args))
         try:
             for _ in range(300):
                 if running.ready():

@@ -9,6 +9,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from tests.simlogs import assert_matches_truth, finite_logs
 from tests.waiting import until
@@ -43,8 +44,8 @@ async def test_webhooks_with_route_backfill_match_ground_truth(tmp_path):
     route = RouteServer(SimConfig(workloads=1).workload_list())
     route.append(WL, EVENTS)  # the route has everything; webhooks miss some deliveries
     base = await route.start()
-    running = await start(_args("--events-url", base, "--workload", WL,
-                                "--webhook-secret-file", str(secret), "--wait", "30"))
+    running = await start(ServeConfig.from_args(_args("--events-url", base, "--workload", WL,
+                                "--webhook-secret-file", str(secret), "--wait", "30")))
     try:
         rng = random.Random(3)
         drop = frozenset(e["seq"] for e in EVENTS if rng.random() < 0.05)
@@ -91,14 +92,14 @@ async def test_restart_resumes_from_the_checkpoint_without_counting_twice(tmp_pa
     base = await route.start()
     state = tmp_path / "state"
     try:
-        first = await start(_args("--events-url", base, "--workload", WL,
-                                  "--state-dir", str(state)))
+        first = await start(ServeConfig.from_args(_args("--events-url", base, "--workload", WL,
+                                  "--state-dir", str(state))))
         await _until(lambda: first.ready())
         s1 = await _scrape(first.url)  # the checkpoint now equals this scrape
         await first.stop()
         route.append(WL, EVENTS[half:])
-        second = await start(_args("--events-url", base, "--workload", WL,
-                                   "--state-dir", str(state)))
+        second = await start(ServeConfig.from_args(_args("--events-url", base, "--workload", WL,
+                                   "--state-dir", str(state))))
         await _until(lambda: second.ready())
         s2 = await _scrape(second.url)
         await second.stop()

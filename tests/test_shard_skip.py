@@ -8,6 +8,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from exporter.model.sharding import Shard
 from exporter.model.signal import UnitSignal
@@ -52,7 +53,7 @@ async def test_a_shard_never_exports_nor_decodes_another_shards_unitsignals():
     args = build_parser().parse_args([
         "serve", "--listen", "127.0.0.1:0", "--kube", "on", "--kube-api-url", url,
         "--total-shards", str(SHARD.total), "--shard", str(SHARD.index)])
-    running = await start(args)
+    running = await start(ServeConfig.from_args(args))
     seen: list[object] = []
     model = running.kube.reflectors[0].handler.model
     real = model.upsert

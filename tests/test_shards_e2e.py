@@ -9,6 +9,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from tests.simlogs import finite_logs
 from zaroz_sim.cluster import ClusterMirror
@@ -51,7 +52,7 @@ async def test_two_shards_split_the_workloads_exactly():
                 "serve", "--listen", "127.0.0.1:0", "--wait", "1", "--events-url", route_url,
                 "--kube", "on", "--kube-api-url", kube_url, "--total-shards", "2",
                 "--shard", str(index)])
-            exporters.append(await start(args))
+            exporters.append(await start(ServeConfig.from_args(args)))
         for _ in range(300):
             if all(e.ready() for e in exporters):
                 break
@@ -75,9 +76,9 @@ async def test_two_shards_split_the_workloads_exactly():
 
 
 def test_shard_ordinal_comes_from_the_pod_name():
-    from exporter.commands.serve import shard_from
+    from exporter.commands.config import shard_of
 
     args = build_parser().parse_args(["serve", "--total-shards", "3"])
-    assert shard_from(args, {"POD_NAME": "zaroz-exporter-2"}).index == 2
+    assert shard_of(args, {"POD_NAME": "zaroz-exporter-2"}).index == 2
     args = build_parser().parse_args(["serve", "--total-shards", "3", "--shard", "1"])
-    assert shard_from(args, {"POD_NAME": "zaroz-exporter-2"}).index == 1
+    assert shard_of(args, {"POD_NAME": "zaroz-exporter-2"}).index == 1

@@ -11,6 +11,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from tests.components import require
 from tests.simlogs import finite_logs
@@ -29,7 +30,7 @@ async def _serve_and_scrape() -> tuple[str, str]:
     base = await route.start()
     args = build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--wait", "1",
                                       "--events-url", base, "--kube", "off"])
-    running = await start(args)
+    running = await start(ServeConfig.from_args(args))
     try:
         async with aiohttp.ClientSession() as s:
             async with s.get(f"{running.url}/metrics") as r:
@@ -77,7 +78,7 @@ async def test_series_and_render_time_per_source():
     base = await route.start()
     args = build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--wait", "1",
                                       "--events-url", base, "--kube", "off"])
-    running = await start(args)
+    running = await start(ServeConfig.from_args(args))
     try:
         await until(running.ready, timeout=10, interval=0.05)
         async with aiohttp.ClientSession() as s:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.demo import demo_serve_args
 from exporter.commands.serve import start
 from exporter.sinks.metrics.family import Registry
@@ -156,7 +157,7 @@ async def test_demo_spans_carry_namespace_name_and_generations_and_no_user_data(
                                           "--otlp-endpoint", rx.endpoint])
         args = demo_serve_args(args, route_url, kube_url)
         args.unitsignal_labels_allowlist = ["team"]
-        running = await start(args)
+        running = await start(ServeConfig.from_args(args))
         try:
             await until(running.ready, timeout=10, interval=0.05)
             # Made now: its simulated time starts at its creation, so the first batch holds no

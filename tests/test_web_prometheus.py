@@ -15,6 +15,7 @@ import aiohttp
 import bcrypt
 
 from exporter.cli import build_parser
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
 from tests.certs import CA
 from tests.components import require
@@ -74,7 +75,7 @@ async def test_prometheus_scrapes_over_tls_basic_auth_and_mtls(tmp_path: Path):
         args = build_parser().parse_args([
             "serve", "--listen", "127.0.0.1:0", "--kube", "off", "--webhook-secret-file",
             str(tmp_path / "secret"), "--web.config.file", str(tmp_path / web)])
-        exporters.append(await start(args))
+        exporters.append(await start(ServeConfig.from_args(args)))
     basic, mtls = (e.url.removeprefix("https://") for e in exporters)
     ca_file = str(tmp_path / "ca.pem")
     client = {"ca_file": ca_file, "cert_file": str(tmp_path / "client.crt"),

@@ -17,7 +17,7 @@ import bcrypt
 import pytest
 
 from exporter.cli import build_parser
-from exporter.commands.config import ConfigError
+from exporter.commands.config import ConfigError, ServeConfig
 from exporter.commands.serve import start
 from exporter.web.config import WebConfigError, parse
 from tests.certs import CA
@@ -56,7 +56,7 @@ async def _serve(pki: dict[str, Path], web_config: Path):
     args = build_parser().parse_args([
         "serve", "--listen", "127.0.0.1:0", "--kube", "off", "--webhook-secret-file",
         str(pki["secret"]), "--web.config.file", str(web_config)])
-    return await start(args)
+    return await start(ServeConfig.from_args(args))
 
 
 def _client_ctx(pki: dict[str, Path], ca: str = "ca", cert: str | None = None) -> ssl.SSLContext:
@@ -255,7 +255,7 @@ async def test_webhook_on_its_own_listener_with_its_own_web_config(pki):
         "serve", "--listen", "127.0.0.1:0", "--kube", "off", "--webhook-secret-file",
         str(pki["secret"]), "--web-config-file", str(metrics_cfg),
         "--webhook-listen", "127.0.0.1:0", "--webhook-web-config-file", str(hook_cfg)])
-    running = await start(args)
+    running = await start(ServeConfig.from_args(args))
     try:
         hook, metrics = running.webhook_url, running.url
         assert hook is not None and hook.startswith("https://") and metrics.startswith("http://")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.commands.config import ServeConfig
 from exporter.commands.serve import Running, run_until_stopped, start
 from exporter.timestamps import parse_rfc3339_ns
 from zaroz_sim.cluster import ClusterMirror
@@ -79,7 +80,7 @@ async def start_demo(args: argparse.Namespace) -> Demo:
     kube_url = await kube.start()
     feed.start()
     try:
-        running = await start(demo_serve_args(args, route_url, kube_url))
+        running = await start(ServeConfig.from_args(demo_serve_args(args, route_url, kube_url)))
     except BaseException:
         await feed.stop()
         await route.stop()

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-import math
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from exporter.model.observations import Observer
+from exporter.report.summary import (
+    ANOMALIES,
+    EXPIRE_EVERY,
+    SummaryMetrics,
+    anomaly_rows,
+    summary_rows,
+)
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.native import DEFAULT_NATIVE, NativeConfig
@@ -28,29 +33,7 @@ from exporter.wiring.events import Pipeline
 if TYPE_CHECKING:
     from exporter.sinks.traces.otlp import TraceSink
 
-EXPIRE_EVERY = 50_000  # lines between idle-unit sweeps (event clock)
 EXPLAIN_MAX = 20  # invalid lines explained before the rest are only counted
-
-
-class SummaryMetrics(WorkloadMetrics):
-    """Keeps every headline duration too, so the summary's percentiles are exact."""
-
-    def __init__(self, registry: Registry, workload: str) -> None:
-        super().__init__(registry, workload)
-        self.samples: dict[str, list[int]] = defaultdict(list)
-
-    def ready(self, unit_id: str, ns: int) -> None:
-        super().ready(unit_id, ns)
-        self.samples["ready"].append(ns)
-
-    def allocation(self, unit_id: str, outcome: str, ack_ns: int | None) -> None:
-        super().allocation(unit_id, outcome, ack_ns)
-        if ack_ns is not None:
-            self.samples["allocation_ack"].append(ack_ns)
-
-    def drain(self, unit_id: str, reason: str, ns: int) -> None:
-        super().drain(unit_id, reason, ns)
-        self.samples["drain"].append(ns)
 
 
 def apply_files(pipeline: Pipeline, files: Iterable[Path | LogFile], workload: str | None,
@@ -114,58 +97,6 @@ class Explainer:
         if self.invalid > self.limit:
             self.out.write(f"zaroz-exporter replay: {self.invalid - self.limit} more invalid "
                            f"lines not explained (--explain-max {self.limit})\n")
-
-
-def quantile(sorted_ns: Sequence[int], q: float) -> float:
-    """Nearest-rank quantile in seconds."""
-    if not sorted_ns:
-        return math.nan
-    i = max(0, math.ceil(q * len(sorted_ns)) - 1)
-    return sorted_ns[i] / 1e9
-
-
-def _counter(registry: Registry, name: str, workload: str) -> int:
-    fam = registry[name]
-    return int(sum(s.value for k, s in fam.series.items() if k[0] == workload))  # type: ignore[union-attr]
-
-
-ANOMALIES = (
-    ("duplicates", "zaroz_events_duplicate_total"),
-    ("gaps", "zaroz_events_gaps_total"),
-    ("missing", "zaroz_events_missing_total"),
-    ("invalid", "zaroz_events_invalid_total"),
-    ("clock skew", "zaroz_events_clock_skew_total"),
-)
-
-
-MEASURES = ("ready", "allocation_ack", "drain")
-
-
-def summary_rows(pipeline: Pipeline) -> list[tuple[str, ...]]:
-    """(workload, measurement, count, p50, p95, p99) as the summary prints them (seconds, 6
-    decimals, "-" without data); the report shows the same rows."""
-    rows = []
-    for wl, log in pipeline.logs.items():
-        obs: SummaryMetrics = log.obs  # type: ignore[assignment]
-        for m in MEASURES:
-            xs = sorted(obs.samples.get(m, ()))
-            qs = [quantile(xs, q) for q in (0.5, 0.95, 0.99)]
-            rows.append((wl, m, str(len(xs)), *(f"{v:.6f}" if v == v else "-" for v in qs)))
-    return rows
-
-
-def anomaly_rows(pipeline: Pipeline) -> list[tuple[str, ...]]:
-    """(workload, events, each of ANOMALIES, unknown types) as counts."""
-    reg = pipeline.registry
-    rows = []
-    ev = reg["zaroz_events_total"]
-    for wl in pipeline.logs:
-        unknown = sum(s.value for k, s in ev.series.items() if k == (wl, "unknown"))  # type: ignore[union-attr]
-        rows.append((
-            wl, str(_counter(reg, "zaroz_events_total", wl)),
-            *(str(_counter(reg, n, wl)) for _, n in ANOMALIES), str(int(unknown)),
-        ))
-    return rows
 
 
 def _table(rows: list[tuple[str, ...]], out: IO[str]) -> None:

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import functools
 import logging
-import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from exporter.cli import native_config
-from exporter.commands import config
-from exporter.commands.config import ConfigError
-from exporter.model.sharding import Shard
+from exporter.commands.config import ConfigError, ServeConfig
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
@@ -33,6 +28,7 @@ from exporter.sources.tasks import cancel
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 from exporter.web.app import MetricsServer, start_site
+from exporter.web.security import WebSecurity
 from exporter.wiring.checkpoint import Checkpointer, CheckpointError, prepare_start
 from exporter.wiring.events import Pipeline
 from exporter.wiring.expiry import ExpiryClock
@@ -48,8 +44,9 @@ class Running:
 
     url: str
     pipeline: Pipeline
-    runner: web.AppRunner
-    session: aiohttp.ClientSession
+    # What start() opened (listeners, the HTTP session, the checkpoint's lock, the trace
+    # sink), closed in the reverse order by stop() once the sources have stopped.
+    opened: contextlib.AsyncExitStack
     supervisor: TailSupervisor | None = None
     kube: Any = None  # exporter.sources.kube.reflector.KubeSource
     traces: Any = None  # exporter.sinks.traces.otlp.TraceSink
@@ -58,8 +55,7 @@ class Running:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Workloads whose log came from the checkpoint, exposed before it was saved: never held.
     restored: frozenset[str] = frozenset()
-    webhook_runner: web.AppRunner | None = None  # --webhook-listen
-    webhook_url: str | None = None
+    webhook_url: str | None = None  # --webhook-listen
 
     def readiness(self) -> tuple[bool, str]:
         parts = [s.readiness() for s in (self.supervisor, self.kube) if s is not None]
@@ -107,28 +103,19 @@ class Running:
             await self.supervisor.stop()
         if self.kube is not None:
             await self.kube.stop()
-        if self.webhook_runner is not None:
-            await self.webhook_runner.cleanup()
-        await self.runner.cleanup()
-        await self.session.close()
-        if self.checkpointer is not None:
-            self.checkpoint()
-            self.checkpointer.close()
-        if self.traces is not None:  # flushing may block on the collector: not on the loop
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.traces.shutdown, TRACES_SHUTDOWN_S)
+        await self.opened.aclose()
 
 
-def _trace_sink(args: argparse.Namespace) -> Any:
+def _trace_sink(config: ServeConfig) -> Any:
     """Traces when --otlp-endpoint or the standard OTEL_* endpoint variables ask for them."""
     from exporter.sinks.traces import otlp
 
-    if not (args.otlp_endpoint or otlp.traces_enabled()):
+    if not (config.otlp_endpoint or otlp.traces_enabled()):
         return None
-    config = otlp.TraceConfig(max_queue_size=args.otlp_max_queue_size,
-                              max_export_batch_size=args.otlp_batch_size)
-    sink = otlp.TraceSink.from_env(args.otlp_endpoint or None, config)
-    log.info("exporting traces", extra={"endpoint": args.otlp_endpoint or "from OTEL_* env"})
+    batching = otlp.TraceConfig(max_queue_size=config.otlp_max_queue_size,
+                                max_export_batch_size=config.otlp_batch_size)
+    sink = otlp.TraceSink.from_env(config.otlp_endpoint or None, batching)
+    log.info("exporting traces", extra={"endpoint": config.otlp_endpoint or "from OTEL_* env"})
     return sink
 
 
@@ -157,163 +144,147 @@ async def _checkpoint_loop(running: Running, interval: float) -> None:
         running.checkpoint()
 
 
-def _kube_source(args: argparse.Namespace, session: aiohttp.ClientSession, pipeline: Pipeline,
+def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: Pipeline,
                  owns: Callable[[str], bool] | None, backoff: Callable[[], Backoff]) -> Any:
     """The UnitSignal watch, when --kube allows it and a cluster is configured."""
-    access = args.kube_access  # loaded by config.validate
+    access = config.kube_access
     if access is None:
-        if args.kube != "off":
+        if config.kube != "off":
             log.info("no Kubernetes configuration: UnitSignals are not watched",
-                     extra={"reason": getattr(args, "kube_skipped", "")})
+                     extra={"reason": config.kube_skipped})
         return None
     from exporter.sinks.metrics.kube import KubeMetrics, scope_label
     from exporter.sources.kube.api import KubeApi
     from exporter.sources.kube.reflector import KubeSource
 
-    model, _ = build_cluster(pipeline.registry, args.unitsignal_labels_allowlist,
+    model, _ = build_cluster(pipeline.registry, list(config.unitsignal_labels_allowlist),
                              traces=pipeline.traces)
     metrics = KubeMetrics(pipeline.registry)
     source = KubeSource(
         KubeApi(session, access, typed=True),
         lambda ns: NamespaceHandler(model, ns, owns, metrics.decoded(scope_label(ns))),
-        metrics, namespaces=args.namespace or None,
-        label_selector=args.label_selector or None, backoff_factory=backoff,
+        metrics, namespaces=list(config.namespace) or None,
+        label_selector=config.label_selector or None, backoff_factory=backoff,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
-                                            "namespaces": ",".join(args.namespace) or "*"})
+                                            "namespaces": ",".join(config.namespace) or "*"})
     return source
 
 
-def shard_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> Shard:
-    """--shard, else the ordinal of a StatefulSet pod name, else 0 (ConfigError otherwise)."""
-    return config.shard_of(args, environ)
-
-
-async def start(args: argparse.Namespace) -> Running:
-    """Validate (again: idempotent, for callers that built `args` themselves), then start.
-    Whatever fails after the session exists closes what was opened and raises ConfigError."""
-    config.validate(args)
-    shard = args.shard_config
-    traces = _trace_sink(args)
-    pipeline = Pipeline(Registry(native=native_config(args)), idle_seconds=args.unit_idle_timeout,
-                        traces=traces)
-    _select_families(pipeline, args.family_filter)
-    pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
-    pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-    opened = _Opened(session, traces)
-    try:
-        running = await _start(args, shard, pipeline, session, traces, opened)
-    except BaseException:
-        await opened.close()
-        raise
+async def start(config: ServeConfig) -> Running:
+    """Start the exporter `config` describes. Whatever fails on the way closes what was
+    opened (in the reverse order) and raises; a listener lost since `from_args` bound it
+    raises ConfigError."""
+    async with contextlib.AsyncExitStack() as opened:
+        running = await _start(config, opened)
+        running.opened = opened.pop_all()
     return running
 
 
-@dataclass
-class _Opened:
-    """What start() has opened so far, closed again when a later step fails."""
-
-    session: aiohttp.ClientSession
-    traces: Any
-    checkpointer: Checkpointer | None = None
-    runner: web.AppRunner | None = None
-    webhook_runner: web.AppRunner | None = None
-
-    async def close(self) -> None:
-        for r in (self.webhook_runner, self.runner):
-            if r is not None:
-                await r.cleanup()
-        await self.session.close()
-        if self.checkpointer is not None:
-            self.checkpointer.close()
-        if self.traces is not None:
-            self.traces.shutdown(TRACES_SHUTDOWN_S)
-
-
-async def _start(args: argparse.Namespace, shard: Shard, pipeline: Pipeline,
-                 session: aiohttp.ClientSession, traces: Any, opened: _Opened) -> Running:
+async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Running:
+    shard = config.shard_config
+    traces = _trace_sink(config)
+    if traces is not None:  # flushing may block on the collector: not on the loop
+        opened.push_async_callback(asyncio.to_thread, traces.shutdown, TRACES_SHUTDOWN_S)
+    pipeline = Pipeline(Registry(native=config.native), idle_seconds=config.unit_idle_timeout,
+                        traces=traces)
+    _select_families(pipeline, config.family_filter)
+    pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
+    pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
     owns = shard.owns if shard.total > 1 else None
-    backoff = functools.partial(Backoff, min(0.5, args.backoff_max), args.backoff_max)
+    backoff = functools.partial(Backoff, min(0.5, config.backoff_max), config.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)
-    checkpointer = (Checkpointer(args.state_dir, pipeline, webhook_metrics)
-                    if args.state_dir else None)
-    opened.checkpointer = checkpointer
+    checkpointer = None
+    if config.state_dir:
+        checkpointer = Checkpointer(config.state_dir, pipeline, webhook_metrics)
+        opened.callback(checkpointer.close)
+        # the last save, after every source stopped and before the lock is let go
+        opened.callback(_save_quietly, checkpointer)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    opened.push_async_callback(session.close)
     supervisor = client = None
-    if args.events_url:
-        token = TokenFile(args.events_token_file) if args.events_token_file else None
-        client = RouteClient(session, args.events_url, token,
-                             timeout_margin=args.request_timeout_margin)
+    if config.events_url:
+        token = TokenFile(config.events_token_file) if config.events_token_file else None
+        client = RouteClient(session, config.events_url, token,
+                             timeout_margin=config.request_timeout_margin)
     restored: frozenset[str] = frozenset()
     try:
-        start_cursor = prepare_start(args.start_from, checkpointer, client)
-        if checkpointer is not None and args.start_from == "checkpoint":
+        start_cursor = prepare_start(config.start_from, checkpointer, client)
+        if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save
     except (CheckpointError, ValueError) as e:
-        flag, value = (("--state-dir", args.state_dir) if isinstance(e, CheckpointError)
-                       else ("--start-from", args.start_from))
+        flag, value = (("--state-dir", config.state_dir) if isinstance(e, CheckpointError)
+                       else ("--start-from", config.start_from))
         raise ConfigError(flag, value, str(e)) from None
     if client is not None:
         supervisor = TailSupervisor(
-            client, pipeline, RouteMetrics(pipeline.registry), args.workload or None,
-            args.discovery_interval, backoff_factory=backoff, owns=owns,
-            start_cursor=start_cursor, limit=args.page_limit, wait=args.wait,
+            client, pipeline, RouteMetrics(pipeline.registry), list(config.workload) or None,
+            config.discovery_interval, backoff_factory=backoff, owns=owns,
+            start_cursor=start_cursor, limit=config.page_limit, wait=config.wait,
         )
-    kube = _kube_source(args, session, pipeline, owns, backoff)
+    kube = _kube_source(config, session, pipeline, owns, backoff)
     running_box: list[Running] = []
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
-                           gzip_level=args.gzip_level, checkpointer=checkpointer,
+                           gzip_level=config.gzip_level, checkpointer=checkpointer,
                            held=lambda: running_box[0].held(),
                            standard_metrics=True)
     intake = None
     webhook_app = None
-    if args.webhook_secret_file:
-        intake = Intake(pipeline, webhook_metrics, supervisor, grace=args.webhook_gap_grace,
-                        give_up_after=args.webhook_gap_give_up)
-        webhook_app = webhook_app_for(args, server)
-        WebhookReceiver(intake, SecretFiles(args.webhook_secret_file, webhook_metrics),
-                        webhook_metrics, tolerance_s=args.webhook_tolerance,
-                        max_body=args.webhook_max_body).install(webhook_app)
-    args.web_security.install(server.app)
-    runner, url = await _listen(server.app, "--listen", args.listen, args.web_security)
-    opened.runner = runner
-    running = Running(url, pipeline, runner, session, supervisor, kube, traces=traces,
+    if config.webhook_secret_file:
+        intake = Intake(pipeline, webhook_metrics, supervisor, grace=config.webhook_gap_grace,
+                        give_up_after=config.webhook_gap_give_up)
+        webhook_app = webhook_app_for(config, server)
+        WebhookReceiver(intake, SecretFiles(list(config.webhook_secret_file), webhook_metrics),
+                        webhook_metrics, tolerance_s=config.webhook_tolerance,
+                        max_body=config.webhook_max_body).install(webhook_app)
+    config.web_security.install(server.app)
+    url = await _listen(opened, server.app, "--listen", config.listen, config.web_security)
+    running = Running(url, pipeline, opened, supervisor, kube, traces=traces,
                       intake=intake, checkpointer=checkpointer, restored=restored)
     if webhook_app is not None and webhook_app is not server.app:
-        running.webhook_runner, running.webhook_url = await _listen(
-            webhook_app, "--webhook-listen", args.webhook_listen, args.webhook_security)
-        opened.webhook_runner = running.webhook_runner
+        assert config.webhook_listen is not None and config.webhook_security is not None
+        running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",
+                                            config.webhook_listen, config.webhook_security)
     running_box.append(running)
     if supervisor is not None:
         await supervisor.start()
     if kube is not None:
         kube.start()
     running.tasks.append(asyncio.create_task(
-        _expire_loop(running, args.unit_expiry_interval), name="expire"))
-    if checkpointer is not None and args.checkpoint_interval > 0:
+        _expire_loop(running, config.unit_expiry_interval), name="expire"))
+    if checkpointer is not None and config.checkpoint_interval > 0:
         running.tasks.append(asyncio.create_task(
-            _checkpoint_loop(running, args.checkpoint_interval), name="checkpoint"))
+            _checkpoint_loop(running, config.checkpoint_interval), name="checkpoint"))
     return running
 
 
-def webhook_app_for(args: argparse.Namespace, server: MetricsServer) -> web.Application:
+def _save_quietly(checkpointer: Checkpointer) -> None:
+    with contextlib.suppress(CheckpointError):  # logged by save()
+        checkpointer.save()
+
+
+def webhook_app_for(config: ServeConfig, server: MetricsServer) -> web.Application:
     """The app the webhook goes on: the metrics listener's, or with --webhook-listen one of its
     own that serves only the webhook and the health endpoints (for the Ingress' checks)."""
-    if not getattr(args, "webhook_listen", None):
+    if not config.webhook_listen:
         return server.app
     app = web.Application()
     app.router.add_get("/healthz", server.healthz)
     app.router.add_get("/readyz", server.readyz)
-    args.webhook_security.install(app)
+    assert config.webhook_security is not None  # from_args loads it with --webhook-listen
+    config.webhook_security.install(app)
     return app
 
 
-async def _listen(app: web.Application, flag: str, listen: str, security: Any
-                  ) -> tuple[web.AppRunner, str]:
+async def _listen(opened: contextlib.AsyncExitStack, app: web.Application, flag: str,
+                  listen: str, security: WebSecurity) -> str:
+    """Serve `app` on `listen` until `opened` closes; the URL it answers on."""
     try:
-        return await start_site(app, listen, security.ssl)
-    except OSError as e:  # lost a race since config.validate bound it
+        runner, url = await start_site(app, listen, security.ssl)
+    except OSError as e:  # lost a race since ServeConfig.from_args bound it
         raise ConfigError(flag, listen, f"cannot listen: {e.strerror or e}") from None
+    opened.push_async_callback(runner.cleanup)
+    return url
 
 
 async def run_until_stopped(running: Running, duration: float = 0.0) -> None:
@@ -333,9 +304,9 @@ async def run_until_stopped(running: Running, duration: float = 0.0) -> None:
         await running.stop()
 
 
-def main(args: argparse.Namespace) -> int:
+def main(config: ServeConfig) -> int:
     async def go() -> None:
-        running = await start(args)
+        running = await start(config)
         log.info("serving metrics", extra={"url": f"{running.url}/metrics"})
         if running.webhook_url:
             log.info("serving webhooks", extra={"url": f"{running.webhook_url}/v1/webhooks/events"})

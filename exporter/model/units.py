@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter import catalog
+from exporter import vocabulary
 from exporter.model.observations import Observer
 from exporter.timestamps import parse_rfc3339_ns as ns_of
 
-DRAIN_REASONS = frozenset(catalog.DRAIN_REASONS)
+DRAIN_REASONS = frozenset(vocabulary.DRAIN_REASONS)
 
 
 class Unit:

@@ -26,11 +26,11 @@ from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
-from exporter.catalog import PHASES
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.signal import UnitSignal, raw_value
 from exporter.model.units import DRAIN_REASONS
 from exporter.timestamps import parse_rfc3339_ns
+from exporter.vocabulary import PHASES
 
 WORKLOAD_LABEL = "units.zaroz.cloud/workload"
 STATUS_FIELDS = (

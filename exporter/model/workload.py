@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from exporter.catalog import EVENT_TYPES, UNKNOWN
 from exporter.contract import is_valid_event
 from exporter.model.observations import Observer
 from exporter.model.seqranges import SeqRanges
 from exporter.model.units import HANDLERS, Unit
 from exporter.timestamps import parse_rfc3339_ns
+from exporter.vocabulary import EVENT_TYPES, UNKNOWN
 
 KNOWN_TYPES = frozenset(EVENT_TYPES)
 PING = "webhook.ping"

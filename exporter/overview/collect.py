@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from exporter import __version__, catalog
+from exporter import __version__, vocabulary
 from exporter.overview.history import BOUNDS, MEASUREMENTS, History, Snapshot, delta, take
 from exporter.overview.quantiles import bucket_quantile
 from exporter.sinks.metrics.family import Registry
@@ -142,9 +142,9 @@ def overview(registry: Registry, history: History, readiness: Readiness, now: fl
             "units_tracked": int(tracked.get((wl,), 0)),
             "measurements": {m: _measurement(history, current, window, wl, m)
                              for m, _ in MEASUREMENTS},
-            "startups": {o: startups.get(wl, {}).get(o, 0) for o in catalog.STARTUP_OUTCOMES},
+            "startups": {o: startups.get(wl, {}).get(o, 0) for o in vocabulary.STARTUP_OUTCOMES},
             "allocations": {o: allocs.get(wl, {}).get(o, 0)
-                            for o in catalog.ALLOCATION_OUTCOMES},
+                            for o in vocabulary.ALLOCATION_OUTCOMES},
             "anomalies": {k: v.get(wl, 0) for k, v in anomalies.items()},
         })
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from exporter import catalog
+from exporter import vocabulary
 from exporter.overview import svg
 from exporter.overview.style import CSS, ICON
 
@@ -50,9 +50,9 @@ def workload_card(w: dict[str, Any], bounds: dict[str, list[float]], window: flo
         f'<section class="card" id="wl-{wl}" data-workload="{wl}"><h3>{wl}</h3>'
         f'<div class="muted">{w["events"]} events, {w["units_tracked"]} units tracked</div>'
         f'{ms}'
-        + outcome_block("startups", [(o, w["startups"][o]) for o in catalog.STARTUP_OUTCOMES])
+        + outcome_block("startups", [(o, w["startups"][o]) for o in vocabulary.STARTUP_OUTCOMES])
         + outcome_block("allocations",
-                        [(o, w["allocations"][o]) for o in catalog.ALLOCATION_OUTCOMES])
+                        [(o, w["allocations"][o]) for o in vocabulary.ALLOCATION_OUTCOMES])
         + f'<div class="m"><b>anomalies</b><div class="badges">{badges}</div></div></section>'
     )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from exporter.commands.replay import EXPIRE_EVERY
+from exporter.report.summary import EXPIRE_EVERY
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
 from exporter.sources.files import LogFile, open_log, workload_of

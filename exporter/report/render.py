@@ -8,13 +8,13 @@ from bisect import bisect_left
 from datetime import UTC, datetime
 from html import escape
 
-from exporter import __version__, catalog
-from exporter.commands.replay import ANOMALIES, anomaly_rows, summary_rows
+from exporter import __version__, vocabulary
 from exporter.model.traceids import trace_hex
 from exporter.overview import svg
 from exporter.overview.history import BOUNDS
 from exporter.overview.style import CSS, ICON
 from exporter.report.record import Event, ReportMetrics
+from exporter.report.summary import ANOMALIES, anomaly_rows, summary_rows
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
 
@@ -184,8 +184,8 @@ def _outcomes(pipeline: Pipeline, wl: str) -> str:
     reg = pipeline.registry
     out = []
     for title, name, outcomes in (
-            ("startups", "zaroz_unit_startups_total", catalog.STARTUP_OUTCOMES),
-            ("allocations", "zaroz_unit_allocations_total", catalog.ALLOCATION_OUTCOMES)):
+            ("startups", "zaroz_unit_startups_total", vocabulary.STARTUP_OUTCOMES),
+            ("allocations", "zaroz_unit_allocations_total", vocabulary.ALLOCATION_OUTCOMES)):
         fam = reg[name]
         parts = [(o, int(fam.series[(wl, o)].value) if (wl, o) in fam.series else 0)  # type: ignore[union-attr]
                  for o in outcomes]

@@ -123,10 +123,12 @@ async def start_site(app: web.Application, listen: str, ssl_context: ssl.SSLCont
     host = host.strip("[]") or "0.0.0.0"
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context)
-    await site.start()
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    bound = sock.getsockname()[1]
+    try:
+        await web.TCPSite(runner, host, int(port), ssl_context=ssl_context).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     scheme = "https" if ssl_context is not None else "http"
     return runner, f"{scheme}://{shown}:{bound}"

@@ -6,9 +6,9 @@ name, so never ambiguous; and not `namespace`, which Prometheus's own target lab
 
 from __future__ import annotations
 
-from exporter.catalog import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import Series
+from exporter.vocabulary import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES
 
 ALL_NAMESPACES = "*"
 

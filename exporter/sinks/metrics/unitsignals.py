@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 
-from exporter import catalog
+from exporter import vocabulary
 from exporter.model.unitsignals import Key, SignalState
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import escape_label_value as esc
@@ -50,9 +50,9 @@ _UNIT_ID, _KEY, _AGENT, _LABELS = _F["unit_id"], _F["key"], _F["agent_version"],
 _ACT, _DRAIN, _SINCE = _F["activity"], _F["draining"], _F["pending_since"]
 
 # Bounded values: their label text is built once.
-_ACTIVITY = {a: f',activity="{a}"}} 1\n' for a in ("idle", "busy", "none")}
+_ACTIVITY = {a: f',activity="{a}"}} 1\n' for a in vocabulary.ACTIVITIES}
 _REASON = {r: f',reason="{r}"}} {0 if r == "none" else 1}\n'
-           for r in (*catalog.DRAIN_REASONS, "none")}
+           for r in (*vocabulary.DRAIN_REASONS, "none")}
 
 
 def _plain(prefix: str, i: int) -> Callable[[Sequence[Row]], str]:
@@ -173,9 +173,9 @@ class UnitSignalMetrics:
     def _workload(self, workload: str) -> None:
         self._workloads.add(workload)
         r = self.registry
-        for rule in catalog.VIOLATION_RULES:
+        for rule in vocabulary.VIOLATION_RULES:
             self._violations.labels(workload, rule)
-        for phase in catalog.PHASES:
+        for phase in vocabulary.PHASES:
             r["zaroz_workload_unitsignals"].callback(
                 (workload, phase), lambda w=workload, p=phase: len(self._members(w, p))
             )

@@ -4,14 +4,7 @@
 from __future__ import annotations
 
 from exporter.sinks.metrics.family import Registry
-
-# Every result the receiver can count; series exist at 0 from the start so rates work at once.
-DELIVERY_RESULTS = (
-    "accepted", "duplicate", "refetched", "ping", "invalid", "ignored", "cross_workload",
-    "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp", "no_secret",
-    "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
-)  # fmt: skip
-SAVE_RESULTS = ("written", "unchanged", "error")
+from exporter.vocabulary import DELIVERY_RESULTS, SAVE_RESULTS
 
 
 class WebhookMetrics:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter import catalog
+from exporter import vocabulary
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import HistogramSeries, Series
 
-EXIT_CODES = frozenset(catalog.EXIT_CODES)
+EXIT_CODES = frozenset(vocabulary.EXIT_CODES)
 REASON_LIMIT = 20  # distinct failure/destroy reasons kept per workload; the rest are `other`
 
 
@@ -38,7 +38,7 @@ class BoundedLabel:
         if len(self.seen) < self.limit and _reason_ok(value):
             self.seen.add(value)
             return value
-        return catalog.OTHER
+        return vocabulary.OTHER
 
 
 def _no_clock() -> str:
@@ -66,10 +66,11 @@ class WorkloadMetrics:
         self._ack: HistogramSeries = r["zaroz_unit_allocation_ack_seconds"].labels(w)  # type: ignore[assignment]
         self._drain = r["zaroz_unit_drain_seconds"]
         self._allocs = {
-            o: r["zaroz_unit_allocations_total"].labels(w, o) for o in catalog.ALLOCATION_OUTCOMES
+            o: r["zaroz_unit_allocations_total"].labels(w, o)
+            for o in vocabulary.ALLOCATION_OUTCOMES
         }
         self._startups = {
-            o: r["zaroz_unit_startups_total"].labels(w, o) for o in catalog.STARTUP_OUTCOMES
+            o: r["zaroz_unit_startups_total"].labels(w, o) for o in vocabulary.STARTUP_OUTCOMES
         }
         self._exits = r["zaroz_unit_exits_total"]
         self._failures = r["zaroz_unit_failures_total"]
@@ -77,11 +78,11 @@ class WorkloadMetrics:
         self._failure_reason = BoundedLabel()
         self._destroy_reason = BoundedLabel()
         self._desired = r["zaroz_workload_desired_units"]
-        for reason in catalog.INVALID_REASONS:
+        for reason in vocabulary.INVALID_REASONS:
             self._invalid.labels(w, reason)
-        for m in catalog.SKEW_MEASUREMENTS:
+        for m in vocabulary.SKEW_MEASUREMENTS:
             self._skew.labels(w, m)
-        for source in catalog.EVENT_SOURCES:  # at 0 from the start, so rates work at once
+        for source in vocabulary.EVENT_SOURCES:  # at 0 from the start, so rates work at once
             self._dup.labels(w, source)
             self._refetched.labels(w, source)
 
@@ -142,9 +143,8 @@ class WorkloadMetrics:
 
     def exited(self, unit_id: str, code: int, restarted: bool) -> None:
         c = str(code)
-        self._exits.labels(
-            self.workload, c if c in EXIT_CODES else catalog.OTHER, "true" if restarted else "false"
-        ).inc()
+        code_label = c if c in EXIT_CODES else vocabulary.OTHER
+        self._exits.labels(self.workload, code_label, "true" if restarted else "false").inc()
 
     def failed(self, unit_id: str, reason: str) -> None:
         self._failures.labels(self.workload, self._failure_reason(reason)).inc()

@@ -1,0 +1,66 @@
+"""The domain's words: event types, drain reasons, phases, outcomes, results and refusals.
+
+The bottom of the package: the model reads them, the catalog declares label values with them, the
+sinks render them and the sources report with them. Imports nothing from the exporter, so no
+layer has to reach up for a word (docs/architecture in the README).
+"""
+
+from __future__ import annotations
+
+# Bounded label values.
+DRAIN_REASONS = ("stop", "destroy", "replace", "scale_down")
+ALLOCATION_OUTCOMES = ("delivered", "undelivered", "superseded", "abandoned")
+STARTUP_OUTCOMES = ("ready", "failed", "destroyed")
+INVALID_REASONS = ("json", "schema")
+# Where an event came from: the events route, a webhook delivery, or a file (replay).
+EVENT_SOURCES = ("route", "webhook", "file")
+SKEW_MEASUREMENTS = ("ready", "allocation_ack", "drain")
+EVENT_TYPES = (
+    "unit.created",
+    "unit.starting",
+    "unit.ready",
+    "unit.accepting",
+    "unit.not_accepting",
+    "unit.allocated",
+    "unit.allocation_delivered",
+    "unit.allocation_undelivered",
+    "unit.idle",
+    "unit.busy",
+    "unit.draining",
+    "unit.stopped",
+    "unit.exited",
+    "unit.failed",
+    "unit.destroyed",
+    "units.scaled",
+    "webhook.ping",
+)
+UNKNOWN = "unknown"
+OTHER = "other"
+# Exit codes kept as label values; every other code is `other`.
+EXIT_CODES = ("0", "1", "2", "126", "127", "130", "134", "137", "139", "143")
+
+PHASES = ("starting", "ready", "allocated", "draining")
+VIOLATION_RULES = (
+    "spec_schema",
+    "status_schema",
+    "observed_generation_regressed",
+    "observed_generation_ahead",
+    "unknown_allocation_ack",
+    "agent_restart",
+)
+
+# Kubernetes list/watch: bounded label values.
+KUBE_RELIST_REASONS = ("initial", "expired", "error")
+KUBE_WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "unknown")
+
+# The webhook receiver's results, each a `result` of zaroz_webhook_deliveries_total; series
+# exist at 0 from the start so rates work at once.
+DELIVERY_RESULTS = (
+    "accepted", "duplicate", "refetched", "ping", "invalid", "ignored", "cross_workload",
+    "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp", "no_secret",
+    "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
+)  # fmt: skip
+# A checkpoint save: written, unchanged (same bytes as the last), or error.
+SAVE_RESULTS = ("written", "unchanged", "error")
+# A UnitSignal's activity as the agent reports it (`none`: not reported).
+ACTIVITIES = ("idle", "busy", "none")
