@@ -360,7 +360,7 @@ METRICS: tuple[Metric, ...] = (
         "Unix time of the last watch event (bookmarks included) the reflector received.",
         ("scope",), unit="seconds", group="kube",
     ),
-    # Webhooks and checkpoints
+    # Webhooks
     Metric(
         "zaroz_webhook_deliveries_total", Kind.COUNTER,
         "Webhook deliveries by result: accepted, duplicate (the platform redelivered it), "
@@ -400,6 +400,7 @@ METRICS: tuple[Metric, ...] = (
         "Webhook secrets currently accepted (2 during a rotation; 0 refuses every delivery).",
         (), group="webhook",
     ),
+    # Checkpoints
     Metric(
         "zaroz_checkpoint_saves_total", Kind.COUNTER,
         "Checkpoint writes (at scrape time, periodic, at shutdown) by result: written, unchanged "

@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from exporter import catalog
+from exporter.commands.startfrom import prepare_start
 from exporter.model.observations import Recorder
 from exporter.model.workload import WorkloadLog
 from exporter.sinks.metrics.exposition import render_bytes
@@ -28,13 +29,7 @@ from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
-from exporter.wiring.checkpoint import (
-    FILE,
-    Checkpointer,
-    CheckpointError,
-    prepare_start,
-    render_checkpointed,
-)
+from exporter.wiring.checkpoint import FILE, Checkpointer, CheckpointError, render_checkpointed
 from exporter.wiring.events import Pipeline
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.config import SimConfig

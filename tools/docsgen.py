@@ -21,7 +21,8 @@ GROUPS = {
     "cluster": "UnitSignals (cluster state)",
     "kube": "Kubernetes list/watch",
     "traces": "Traces (OTLP)",
-    "webhook": "Webhooks and checkpoints",
+    "webhook": "Webhooks",
+    "checkpoint": "Checkpoints",
     "exporter": "The exporter itself",
 }
 

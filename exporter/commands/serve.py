@@ -17,6 +17,8 @@ import aiohttp
 from aiohttp import web
 
 from exporter.commands.config import ConfigError, ServeConfig
+from exporter.commands.startfrom import prepare_start
+from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
@@ -29,7 +31,7 @@ from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 from exporter.web.app import MetricsServer, start_site
 from exporter.web.security import WebSecurity
-from exporter.wiring.checkpoint import Checkpointer, CheckpointError, prepare_start
+from exporter.wiring.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
 from exporter.wiring.expiry import ExpiryClock
 from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
@@ -196,7 +198,8 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     webhook_metrics = WebhookMetrics(pipeline.registry)
     checkpointer = None
     if config.state_dir:
-        checkpointer = Checkpointer(config.state_dir, pipeline, webhook_metrics)
+        checkpointer = Checkpointer(config.state_dir, pipeline,
+                                    CheckpointMetrics(pipeline.registry))
         opened.callback(checkpointer.close)
         # the last save, after every source stopped and before the lock is let go
         opened.callback(_save_quietly, checkpointer)

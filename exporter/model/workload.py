@@ -48,6 +48,7 @@ class WorkloadLog:
         self.units: dict[str, Unit] = {}
         self.expired = 0
         self.last_at = ""  # occurred_at of the last event applied, parsed when read
+        self.desired: int | None = None  # units the last units.scaled asked for
         # Per source, the seqs it delivered: a duplicate is the same source delivering again.
         self.sources: dict[str, SeqRanges] = {}
         # Optional consumer of every applied unit event, in seq order (the trace builder).
@@ -149,6 +150,7 @@ class WorkloadLog:
             "last_at": self.last_at,
             "expired": self.expired,
             "sources": {src: r.snapshot() for src, r in sorted(self.sources.items())},
+            **({} if self.desired is None else {"desired": self.desired}),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -163,6 +165,12 @@ class WorkloadLog:
         self.expired = int(state["expired"])
         self.sources = {src: SeqRanges.restore(r)
                         for src, r in state.get("sources", {}).items()}
+        self.desired = state.get("desired")
+
+    def restore_desired(self, units: int) -> None:
+        """A checkpoint of version 1 kept the desired units beside the log, not in it."""
+        self.desired = units
+        self.obs.desired(units)
 
     def skip_to(self, cursor: int) -> None:
         """Start a fresh log after `cursor` (--start-from head): what waits at or before it is
@@ -202,7 +210,8 @@ class WorkloadLog:
                 if self.tap is not None:
                     self.tap(uid, t, at, ev["data"], unit.get("key"))
             elif t == "units.scaled":
-                self.obs.desired(ev["data"]["to"])
+                self.desired = ev["data"]["to"]
+                self.obs.desired(self.desired)
         except (ValueError, KeyError, TypeError):
             # A validator and the parser that disagree must not stop the log: count it.
             self.obs.invalid("schema")

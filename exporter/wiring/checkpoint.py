@@ -28,20 +28,18 @@ own key, and spans are exported only once a checkpoint covers them (sinks/traces
 from __future__ import annotations
 
 import fcntl
-import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.state import metric_state, restore_metrics
-from exporter.sinks.metrics.webhook import WebhookMetrics
-from exporter.sources.route import CursorExpired, RouteClient
 from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
@@ -50,7 +48,6 @@ FILE = "checkpoint.json"
 LOCK = "lock"
 VERSION = 2
 VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
-START_FROM = ("checkpoint", "head", "earliest")
 
 
 class CheckpointError(Exception):
@@ -62,14 +59,14 @@ class Checkpointer:
         self,
         state_dir: str | os.PathLike[str],
         pipeline: Pipeline,
-        metrics: WebhookMetrics | None = None,
+        metrics: CheckpointMetrics | None = None,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE
         self.pipeline = pipeline
-        self.metrics = metrics if metrics is not None else WebhookMetrics(pipeline.registry)
+        self.metrics = metrics if metrics is not None else CheckpointMetrics(pipeline.registry)
         self.clock = clock
         self._last: bytes | None = None
         # Workloads held out of the exposition (Registry.hold) when the loaded checkpoint was
@@ -163,7 +160,7 @@ class Checkpointer:
                 if restore_labels is not None and "labels" in entry:
                     restore_labels(entry["labels"])
                 if "desired" in entry:  # version 1
-                    registry["zaroz_workload_desired_units"].labels(w).set(entry["desired"])
+                    wl.restore_desired(entry["desired"])
             skipped = restore_metrics(registry, state.get("metrics", {}))
             if self.pipeline.traces is not None and state.get("traces") is not None:
                 self.pipeline.traces.restore(state["traces"])
@@ -219,41 +216,3 @@ def render_checkpointed(registry: Any, openmetrics: bool,
     if checkpointer is not None:
         checkpointer.save()
     return list(render(registry, openmetrics))
-
-
-# -- where tailing starts (--start-from) ------------------------------------------------------
-
-
-async def route_head(client: RouteClient, workload: str) -> int:
-    """The route's head_seq for a workload, from one `wait=0, limit=1` page."""
-    try:
-        page = await client.events(workload, 0, 1, 0)
-    except CursorExpired as e:
-        page = await client.events(workload, e.oldest_seq - 1, 1, 0)
-    return page.head_seq
-
-
-def prepare_start(
-    start_from: str,
-    checkpointer: Checkpointer | None,
-    client: RouteClient | None,
-) -> Callable[[str], Awaitable[int]] | None:
-    """Apply --start-from before the tailers start; returns the supervisor's `start_cursor`.
-
-    checkpoint: restore the checkpoint when there is one (each workload then resumes at its
-      cursor; workloads not in it start at the beginning of their log);
-    head: ignore any checkpoint; every workload known at the first discovery starts at the
-      route's current head_seq (later workloads are new and start at the beginning);
-    earliest: ignore any checkpoint; start every log at its beginning.
-    """
-    if start_from not in START_FROM:
-        raise ValueError(f"--start-from must be one of {', '.join(START_FROM)}")
-    if start_from == "checkpoint":
-        if checkpointer is not None:
-            checkpointer.load()
-        return None
-    if start_from == "head":
-        if client is None:
-            raise ValueError("--start-from head needs the events route (--events-url)")
-        return functools.partial(route_head, client)
-    return None

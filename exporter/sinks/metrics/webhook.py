@@ -1,10 +1,10 @@
-"""The webhook receiver's, intake's and checkpointer's health, as `zaroz_webhook_*` and
-`zaroz_checkpoint_*` metrics: one place that knows their names."""
+"""The webhook receiver's and intake's health, as `zaroz_webhook_*` metrics: one place that
+knows their names."""
 
 from __future__ import annotations
 
 from exporter.sinks.metrics.family import Registry
-from exporter.vocabulary import DELIVERY_RESULTS, SAVE_RESULTS
+from exporter.vocabulary import DELIVERY_RESULTS
 
 
 class WebhookMetrics:
@@ -15,11 +15,6 @@ class WebhookMetrics:
         self._cursor = registry["zaroz_webhook_cursor"]
         self._last = registry["zaroz_webhook_last_delivery_timestamp_seconds"]
         self._secrets = registry["zaroz_webhook_secrets"].labels()
-        saves = registry["zaroz_checkpoint_saves_total"]
-        self._saves = {r: saves.labels(r) for r in SAVE_RESULTS}
-        self._save_at = registry["zaroz_checkpoint_last_save_timestamp_seconds"].labels()
-        self._save_s = registry["zaroz_checkpoint_last_save_duration_seconds"].labels()
-        self._save_bytes = registry["zaroz_checkpoint_bytes"].labels()
 
     def delivery(self, result: str) -> None:
         self._deliveries[result].inc()
@@ -35,11 +30,3 @@ class WebhookMetrics:
 
     def secrets(self, n: int) -> None:
         self._secrets.set(n)
-
-    def saved(self, result: str, unix_time: float = 0.0, seconds: float = 0.0,
-              size: int = 0) -> None:
-        self._saves[result].inc()
-        if result == "written":
-            self._save_at.set(unix_time)
-            self._save_s.set(seconds)
-            self._save_bytes.set(size)

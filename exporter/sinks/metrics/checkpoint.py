@@ -1,0 +1,23 @@
+"""The checkpointer's health, as `zaroz_checkpoint_*` metrics: one place that knows their names."""
+
+from __future__ import annotations
+
+from exporter.sinks.metrics.family import Registry
+from exporter.vocabulary import SAVE_RESULTS
+
+
+class CheckpointMetrics:
+    def __init__(self, registry: Registry) -> None:
+        saves = registry["zaroz_checkpoint_saves_total"]
+        self._saves = {r: saves.labels(r) for r in SAVE_RESULTS}
+        self._save_at = registry["zaroz_checkpoint_last_save_timestamp_seconds"].labels()
+        self._save_s = registry["zaroz_checkpoint_last_save_duration_seconds"].labels()
+        self._save_bytes = registry["zaroz_checkpoint_bytes"].labels()
+
+    def saved(self, result: str, unix_time: float = 0.0, seconds: float = 0.0,
+              size: int = 0) -> None:
+        self._saves[result].inc()
+        if result == "written":
+            self._save_at.set(unix_time)
+            self._save_s.set(seconds)
+            self._save_bytes.set(size)
