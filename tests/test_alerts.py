@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import alerting, cases, promql, recording, render
+from alerts import alerting, cases, recording, render
 from alerts.config import DEFAULT_CONFIG, SLO, Config
 from exporter import catalog
 from exporter.sinks.metrics.series import format_value
+from tools import promql
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOKS = ROOT / "docs" / "runbooks.md"

@@ -12,10 +12,11 @@ import pytest
 
 import dashboards
 from alerts import recording
-from dashboards import lib, promql
+from dashboards import lib
 from dashboards.__main__ import main as dashboards_main
 from exporter import catalog, vocabulary
 from tests.components import require
+from tools import promql
 
 GENERATED = dashboards.generate()
 # Prometheus writes these per scrape target itself; dashboards may use them.
@@ -143,7 +144,7 @@ def test_variables_and_datasources() -> None:
 
 def test_every_selector_is_filtered_by_cluster() -> None:
     """kubernetes-mixin's multi-cluster convention: one cluster at a time, on every query."""
-    from alerts import promql as selectors
+    from tools import promql as selectors
 
     count = 0
     for name, title, t in _all():

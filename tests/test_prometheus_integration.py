@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 
-from alerts import alerting, promql, recording, render
+from alerts import alerting, recording, render
 from alerts.config import DEFAULT_CONFIG
 from exporter import catalog
 from tests.components import require, stop_process
 from tests.serving import free_port
+from tools import promql
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARDS = ROOT / "dashboards" / "json"

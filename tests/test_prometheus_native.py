@@ -238,6 +238,6 @@ def test_native_dashboard_queries_return_data(proms):
 
 
 def _names(expr: str) -> set[str]:
-    from dashboards import promql
+    from tools import promql
 
     return promql.metric_names(expr)

@@ -1,7 +1,9 @@
-"""Just enough PromQL lexing to list the metrics an expression reads.
+"""Just enough PromQL lexing to list the metrics an expression reads: the one PromQL helper of
+the alert rules' and the dashboards' tests.
 
-Tests use it to check every rule (and dashboard query) against the catalog and to query each
-selector on a live Prometheus; a full parser would be a dependency for a job a tokenizer does.
+Tests use it to check every rule and dashboard query against the catalog and to query each
+selector on a live Prometheus; a full parser would be a dependency for a job a tokenizer does
+(`promtool check rules` separately proves the expressions parse).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ _GROUPING = re.compile(
 )
 _RANGE = re.compile(r"\[[^\]]*\]")
 _IDENT = re.compile(r"(?<![\w:$.])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\})?(\s*\()?")
+_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*,")
 _KEYWORDS = {
     "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
     "group_right", "inf", "nan", "atan2",
@@ -59,3 +62,9 @@ def metric_selectors(expr: str) -> list[str]:
 def metric_names(expr: str) -> set[str]:
     """Metric names `expr` reads."""
     return {s.split("{", 1)[0] for s in metric_selectors(expr)}
+
+
+def variable_metric(query: str) -> str | None:
+    """The metric of a Grafana `label_values(metric, label)` variable query, if it is one."""
+    m = _LABEL_VALUES.match(query)
+    return m.group(1) if m else None
