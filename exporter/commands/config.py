@@ -222,16 +222,19 @@ def _kube_access(args: argparse.Namespace, environ: Mapping[str, str]) -> KubeAc
     for flag, name in (("--kubeconfig", "kubeconfig"), ("--kube-token-file", "kube_token_file")):
         if getattr(args, name, None):
             check_readable_file(flag, getattr(args, name))
-    if args.kube_api_url:
-        check_url("--kube-api-url", args.kube_api_url)
+    api_url = getattr(args, "kube_api_url", None)
+    if api_url:
+        check_url("--kube-api-url", api_url)
     from exporter.sources.kube.config import KubeConfigError, load_access
 
     explicit = [f for f, n in (("--kube-api-url", "kube_api_url"), ("--kubeconfig", "kubeconfig"),
                                ("--kube-context", "kube_context"),
-                               ("--kube-token-file", "kube_token_file")) if getattr(args, n)]
+                               ("--kube-token-file", "kube_token_file"))
+                if getattr(args, n, None)]
     try:
-        return load_access(api_url=args.kube_api_url, token_file=args.kube_token_file,
-                           kubeconfig=args.kubeconfig, context=args.kube_context,
+        return load_access(api_url=api_url, token_file=getattr(args, "kube_token_file", None),
+                           kubeconfig=getattr(args, "kubeconfig", None),
+                           context=getattr(args, "kube_context", None),
                            environ=environ)
     except KubeConfigError as e:
         if args.kube == "on" or explicit:
@@ -276,7 +279,7 @@ def validate(args: argparse.Namespace, environ: Mapping[str, str] | None = None,
     validate_common(args, env, bind=bind)
     if args.events_url:
         check_url("--events-url", args.events_url)
-    if args.events_token_file:
+    if getattr(args, "events_token_file", None):
         check_readable_file("--events-token-file", args.events_token_file)
     if args.start_from == "head" and not args.events_url:
         raise ConfigError("--start-from", "head", "needs the events route (--events-url)")

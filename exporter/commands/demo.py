@@ -112,12 +112,10 @@ async def run(args: argparse.Namespace) -> None:
 
 def demo_serve_args(args: argparse.Namespace, route_url: str,
                     kube_url: str) -> argparse.Namespace:
-    """The demo's exporter is `serve` pointed at the simulated route and API server."""
-    return argparse.Namespace(
-        **vars(args), events_url=route_url, events_token_file=None, workload=[],
-        kube="on", kube_api_url=kube_url, kube_token_file=None, kubeconfig=None,
-        kube_context=None, namespace=[], label_selector=None, unitsignal_labels_allowlist=[],
-    )
+    """The demo's exporter is `serve` pointed at the simulated route and API server; the flags
+    `serve` has and `demo` has not keep their defaults (ServeConfig.from_args: none)."""
+    return argparse.Namespace(**vars(args), events_url=route_url, kube="on",
+                              kube_api_url=kube_url)
 
 
 def _host_port(listen: str) -> tuple[str, int]:
