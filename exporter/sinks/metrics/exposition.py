@@ -65,11 +65,6 @@ def negotiate(accept: str | None) -> Format:
     return best
 
 
-def wants_openmetrics(accept: str | None) -> bool:
-    """True when the Accept header prefers OpenMetrics (Prometheus sends it first when enabled)."""
-    return negotiate(accept) is Format.OPENMETRICS
-
-
 def _escape_help(h: str) -> str:
     return h.replace("\\", "\\\\").replace("\n", "\\n")
 

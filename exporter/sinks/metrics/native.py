@@ -55,11 +55,6 @@ def bucket_index(v: float, schema: int) -> int:
     return (key + (1 << -schema) - 1) >> -schema
 
 
-def upper_bound(index: int, schema: int) -> float:
-    """The inclusive upper boundary of bucket `index` at `schema`."""
-    return 2.0 ** (index * 2.0**-schema)
-
-
 class NativeBuckets:
     """The native half of one histogram series: schema, zero bucket and the buckets hit."""
 
