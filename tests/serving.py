@@ -99,3 +99,18 @@ class Scraper:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+class Feed:
+    """Releases each workload's log to a simulated route (zaroz_sim RouteServer) in steps;
+    `fed` is how many events of each workload were released so far."""
+
+    def __init__(self, route: Any, logs: dict[str, list[dict[str, Any]]]) -> None:
+        self.route, self.logs = route, logs
+        self.fed = dict.fromkeys(logs, 0)
+
+    def to(self, fraction: float) -> None:
+        for w, evs in self.logs.items():
+            upto = int(len(evs) * fraction)
+            self.route.append(w, evs[self.fed[w]:upto])
+            self.fed[w] = max(self.fed[w], upto)

@@ -31,6 +31,7 @@ from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.wiring.checkpoint import FILE, Checkpointer, CheckpointError, render_checkpointed
 from exporter.wiring.events import Pipeline
+from tests.serving import Feed
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
@@ -240,13 +241,8 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
     route = RouteServer(SimConfig(workloads=2).workload_list())
     route_url = await route.start()
     n = {w: len(evs) for w, evs in LOGS.items()}
-    fed = dict.fromkeys(LOGS, 0)
-
-    def feed(fraction: float) -> None:
-        for w, evs in LOGS.items():
-            upto = int(n[w] * fraction)
-            route.append(w, evs[fed[w]:upto])
-            fed[w] = upto
+    stream = Feed(route, LOGS)
+    feed, fed = stream.to, stream.fed
 
     procs = []
     try:

@@ -17,7 +17,7 @@ import pytest
 
 from exporter import catalog
 from exporter.wiring.expiry import ExpiryClock
-from tests.serving import Scraper, Serve, scrape
+from tests.serving import Feed, Scraper, Serve, scrape
 from tests.simlogs import NS, assert_matches_truth, finite_logs, value
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
@@ -41,20 +41,6 @@ def _resets(scrapes: list[dict[Any, float]]) -> list[tuple[Any, float, float]]:
                     and b[k] < v:
                 out.append((k, v, b[k]))
     return out
-
-
-class Feed:
-    """Releases each workload's log to the route in steps."""
-
-    def __init__(self, route: RouteServer, logs: dict[str, list[dict[str, Any]]]) -> None:
-        self.route, self.logs = route, logs
-        self.fed = dict.fromkeys(logs, 0)
-
-    def to(self, fraction: float) -> None:
-        for w, evs in self.logs.items():
-            upto = int(len(evs) * fraction)
-            self.route.append(w, evs[self.fed[w]:upto])
-            self.fed[w] = max(self.fed[w], upto)
 
 
 async def _caught_up(url: str, fed: dict[str, int], timeout: float = 60.0) -> dict:

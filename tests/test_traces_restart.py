@@ -21,7 +21,9 @@ from exporter.sinks.traces.outbox import ACKED_FILE
 from exporter.wiring.checkpoint import FILE
 from exporter.wiring.events import Pipeline
 from tests.otlp_receiver import OtlpReceiver, Span
+from tests.serving import Feed
 from tests.simlogs import finite_logs, parse, value
+from tests.waiting import until
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
 
@@ -93,26 +95,14 @@ async def scrape_until(url: str, seqs: dict[str, int], timeout: float = 30.0) ->
         await asyncio.sleep(0.1)
 
 
-async def until(pred: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_path: Path):
     expected = uninterrupted()
     assert sum(expected.values()) > 300
     route = RouteServer(SimConfig(workloads=2).workload_list())
     route_url = await route.start()
     n = {w: len(evs) for w, evs in LOGS.items()}
-    fed = dict.fromkeys(LOGS, 0)
-
-    def feed(fraction: float) -> None:
-        for w, evs in LOGS.items():
-            upto = int(n[w] * fraction)
-            route.append(w, evs[fed[w]:upto])
-            fed[w] = upto
+    stream = Feed(route, LOGS)
+    feed, fed = stream.to, stream.fed
 
     procs = []
     with OtlpReceiver() as rx:
@@ -126,7 +116,7 @@ async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_p
             samples = await scrape_until(url, fed)  # saved through 0.6; its spans released
             released = value(samples, "zaroz_traces_spans_total")
             first = samples  # the counters a scraper saw last from the first process
-            await until(lambda: len(rx.spans) >= released)  # ...and delivered
+            await until(lambda: len(rx.spans) >= released, 20.0, 0.05)  # ...and delivered
             feed(0.7)  # applied, never checkpointed: its spans must wait, then be rebuilt
             await asyncio.sleep(1.5)
             proc.send_signal(signal.SIGKILL)
@@ -149,7 +139,7 @@ async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_p
             resumed = await scrape(url)
             await scrape_until(url, n)
             await scrape(url)
-            await until(lambda: len(rx.spans) >= sum(expected.values()))
+            await until(lambda: len(rx.spans) >= sum(expected.values()), 20.0, 0.05)
             await asyncio.sleep(0.5)  # anything more (a duplicate) would arrive by now
             last = await scrape(url)
         finally:
