@@ -181,7 +181,7 @@ class OtlpReceiver(_Kept):
             ctx.load_cert_chain(*self.tls)
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = self._runner.addresses[0][1]
 
     def start(self) -> OtlpReceiver:
         self._thread.start()
@@ -270,3 +270,20 @@ if __name__ == "__main__":
     main()
 
 __all__ = ["GrpcOtlpReceiver", "OtlpReceiver", "Span", "decode", "decode_request"]
+
+
+def trace_logs(sink: Any, logs: dict[str, list[dict[str, Any]]], pipeline: Any = None) -> Any:
+    """Apply whole logs through a Pipeline (`pipeline`, else a new one) into `sink` (an
+    exporter.sinks.traces.otlp.TraceSink), close what is open at each log's end, and shut the
+    sink down (everything exported); returns the sink."""
+    from exporter.wiring.events import Pipeline
+
+    p = Pipeline(traces=sink) if pipeline is None else pipeline
+    for wl, evs in logs.items():
+        lg = p.workload(wl)
+        for ev in evs:
+            lg.offer(ev)
+        lg.flush()
+    sink.close_all({wl: lg.last_at for wl, lg in p.logs.items()})
+    sink.shutdown()
+    return sink

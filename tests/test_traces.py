@@ -27,7 +27,7 @@ from exporter.sinks.traces.otlp import (
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
 from tests.envelopes import Log
-from tests.otlp_receiver import OtlpReceiver, Span
+from tests.otlp_receiver import OtlpReceiver, Span, trace_logs
 from tests.simlogs import finite_logs, parse, value
 
 WL = "wl-a"
@@ -272,13 +272,7 @@ def test_simulated_logs_trace_every_unit_consistently_with_the_metrics(rx, tmp_p
     logs, _ = finite_logs(seed=3, workloads=2, seconds=300, rate=0.5)
     sink = TraceSink(otlp_exporter(rx.endpoint), TraceConfig(backpressure=True))
     p = Pipeline(traces=sink)
-    for wl, evs in logs.items():
-        lg = p.workload(wl)
-        for ev in evs:
-            lg.offer(ev)
-        lg.flush()
-    sink.close_all({wl: lg.last_at for wl, lg in p.logs.items()})
-    sink.shutdown()
+    trace_logs(sink, logs, p)
     assert sink.stats.dropped == 0 and len(rx.spans) == sink.stats.spans > 0
     roots = [s for s in rx.spans if s.parent_span_id == ""]
     assert len({s.trace_id for s in roots}) == len(roots)  # one root per trace

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
-from exporter.wiring.events import Pipeline
-from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Span
+from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Span, trace_logs
 from tests.simlogs import finite_logs
 from tests.test_traces import lifecycle
 from tests.tlscert import self_signed
@@ -17,18 +16,6 @@ from tests.tlscert import self_signed
 LOGS, _ = finite_logs(seed=5, workloads=2, seconds=120, rate=0.5)
 HEADERS = {"authorization": "Bearer t0ken", "x-tenant": "zaroz"}
 ENV_HEADERS = "authorization=Bearer%20t0ken,x-tenant=zaroz"  # W3C baggage-style, as the spec says
-
-
-def send(sink: TraceSink, logs: dict[str, list[dict[str, Any]]]) -> TraceSink:
-    p = Pipeline(traces=sink)
-    for wl, evs in logs.items():
-        lg = p.workload(wl)
-        for ev in evs:
-            lg.offer(ev)
-        lg.flush()
-    sink.close_all({wl: lg.last_at for wl, lg in p.logs.items()})
-    sink.shutdown()
-    return sink
 
 
 def span_set(spans: list[Span]) -> list[tuple[Any, ...]]:
@@ -44,9 +31,9 @@ def span_set(spans: list[Span]) -> list[tuple[Any, ...]]:
 def test_grpc_and_http_receivers_get_identical_span_sets():
     logs = {**LOGS, "wl-a": lifecycle().events}
     with OtlpReceiver() as http_rx, GrpcOtlpReceiver() as grpc_rx:
-        via_http = send(TraceSink(otlp_exporter(http_rx.endpoint, "http/protobuf"),
+        via_http = trace_logs(TraceSink(otlp_exporter(http_rx.endpoint, "http/protobuf"),
                                   TraceConfig(backpressure=True)), logs)
-        via_grpc = send(TraceSink(otlp_exporter(grpc_rx.endpoint, "grpc"),
+        via_grpc = trace_logs(TraceSink(otlp_exporter(grpc_rx.endpoint, "grpc"),
                                   TraceConfig(backpressure=True)), logs)
     assert via_grpc.stats.dropped == 0 and via_grpc.stats.export_failures == 0
     assert via_grpc.stats.exported == via_http.stats.exported == len(grpc_rx.spans) > 100
@@ -73,7 +60,7 @@ def test_tls_and_headers_come_from_the_otel_environment(protocol, cert, monkeypa
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[0])
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", ENV_HEADERS)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
-        sink = send(TraceSink.from_env(config=TraceConfig(backpressure=True)),
+        sink = trace_logs(TraceSink.from_env(config=TraceConfig(backpressure=True)),
                     {"wl-a": lifecycle().events})
     assert sink.stats.export_failures == 0 and rx.unauthorized == 0
     assert len(rx.spans) == sink.stats.exported == 11
@@ -87,10 +74,10 @@ def test_a_missing_header_or_untrusted_certificate_fails_the_export(protocol, ce
     with RECEIVERS[protocol](require_headers=HEADERS, tls=cert) as rx:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[0])
-        no_header = send(TraceSink.from_env(), {"wl-a": lifecycle().events})
+        no_header = trace_logs(TraceSink.from_env(), {"wl-a": lifecycle().events})
         assert no_header.stats.export_failures >= 1 and rx.unauthorized >= 1
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", ENV_HEADERS)
         monkeypatch.delenv("OTEL_EXPORTER_OTLP_CERTIFICATE")
-        untrusted = send(TraceSink.from_env(), {"wl-a": lifecycle().events})
+        untrusted = trace_logs(TraceSink.from_env(), {"wl-a": lifecycle().events})
         assert untrusted.stats.export_failures >= 1
     assert rx.spans == []
