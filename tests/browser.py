@@ -49,6 +49,17 @@ class Seen:
     scrolls_sideways: bool = False
     screenshots: list[Path] = field(default_factory=list)
 
+    def assert_looks_right(self, min_charts: int) -> None:
+        """No console error, no chart without data, no text out of its box, no sideways
+        scrolling, at least `min_charts` charts, and screenshots with something in them."""
+        print("screenshots:", *self.screenshots)
+        assert not self.errors, self.errors
+        assert not self.empty_charts, self.empty_charts
+        assert not self.overflow, self.overflow
+        assert not self.scrolls_sideways
+        assert self.charts >= min_charts, self.charts
+        assert all(p.stat().st_size > 10_000 for p in self.screenshots)
+
 
 def chromium() -> str:
     path = require("chromium")

@@ -127,9 +127,4 @@ def test_self_contained(report: tuple[Path, str]) -> None:
 async def test_report_in_chromium(report: tuple[Path, str], tmp_path: Path) -> None:
     chromium()
     seen = await look(report[0].as_uri(), tmp_path, "report")
-    print("screenshots:", *seen.screenshots)
-    assert not seen.errors, seen.errors
-    assert not seen.empty_charts, seen.empty_charts
-    assert not seen.overflow, seen.overflow
-    assert not seen.scrolls_sideways
-    assert seen.charts >= 6 * len(LOGS)
+    seen.assert_looks_right(min_charts=6 * len(LOGS))
