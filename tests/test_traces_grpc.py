@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
+from tests.certs import CA
 from tests.otlp_receiver import GrpcOtlpReceiver, OtlpReceiver, Span, trace_logs
 from tests.simlogs import finite_logs
 from tests.test_traces import lifecycle
-from tests.tlscert import self_signed
 
 LOGS, _ = finite_logs(seed=5, workloads=2, seconds=120, rate=0.5)
 HEADERS = {"authorization": "Bearer t0ken", "x-tenant": "zaroz"}
@@ -43,9 +43,12 @@ def test_grpc_and_http_receivers_get_identical_span_sets():
 
 
 @pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    crt, key = self_signed(tmp_path_factory.mktemp("tls"))
-    return str(crt), str(key)
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """The receiver's certificate and key, and the CA file a client trusts it by."""
+    d = tmp_path_factory.mktemp("tls")
+    ca = CA.make("otlp-test-ca")
+    ca.issue("localhost", d / "server.crt", d / "server.key")
+    return str(d / "server.crt"), str(d / "server.key"), str(ca.write(d / "ca.crt"))
 
 
 RECEIVERS = {"http/protobuf": OtlpReceiver, "grpc": GrpcOtlpReceiver}
@@ -53,15 +56,15 @@ RECEIVERS = {"http/protobuf": OtlpReceiver, "grpc": GrpcOtlpReceiver}
 
 @pytest.mark.parametrize("protocol", list(RECEIVERS))
 def test_tls_and_headers_come_from_the_otel_environment(protocol, cert, monkeypatch):
-    with RECEIVERS[protocol](require_headers=HEADERS, tls=cert) as rx:
+    with RECEIVERS[protocol](require_headers=HEADERS, tls=cert[:2]) as rx:
         assert rx.endpoint.startswith("https://")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[0])
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[2])
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", ENV_HEADERS)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
         sink = trace_logs(TraceSink.from_env(config=TraceConfig(backpressure=True)),
-                    {"wl-a": lifecycle().events})
+                          {"wl-a": lifecycle().events})
     assert sink.stats.export_failures == 0 and rx.unauthorized == 0
     assert len(rx.spans) == sink.stats.exported == 11
 
@@ -71,9 +74,9 @@ def test_a_missing_header_or_untrusted_certificate_fails_the_export(protocol, ce
                                                                     monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
-    with RECEIVERS[protocol](require_headers=HEADERS, tls=cert) as rx:
+    with RECEIVERS[protocol](require_headers=HEADERS, tls=cert[:2]) as rx:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[0])
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", cert[2])
         no_header = trace_logs(TraceSink.from_env(), {"wl-a": lifecycle().events})
         assert no_header.stats.export_failures >= 1 and rx.unauthorized >= 1
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", ENV_HEADERS)
