@@ -29,16 +29,7 @@ from exporter import catalog
 from tests.components import require, stop_process
 from tests.serving import free_port
 from tests.simlogs import finite_logs
-from tests.test_prometheus_integration import (
-    ABSENT_IN_DEMO,
-    DEMO,
-    Prom,
-    _get,
-    _ok,
-    _substitute,
-    _targets,
-    _variable_values,
-)
+from tests.test_prometheus_integration import DEMO, Prom, _get, _ok, query_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_SCALE = 20.0
@@ -222,22 +213,7 @@ def test_native_dashboard_queries_return_data(proms):
     native, _ = proms
     boards = dashboards.generate_native()
     assert boards
-    failures, count = [], 0
-    for name, dash in boards.items():
-        values = _variable_values(native, dash)
-        for title, raw in _targets(dash):
-            count += 1
-            expr = _substitute(raw, values)
-            body = native.query(expr)
-            if body.get("status") != "success":
-                failures.append((name, title, expr, body.get("error")))
-            elif not body["data"]["result"] and not _names(expr) <= ABSENT_IN_DEMO:
-                failures.append((name, title, expr, "no data"))
+    count, failures = query_failures(native, boards)
     assert count
     assert not failures, "\n".join(map(str, failures))
 
-
-def _names(expr: str) -> set[str]:
-    from tools import promql
-
-    return promql.metric_names(expr)
