@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporter.catalog import Kind, Metric
-from exporter.sinks.metrics.exposition import render_bytes, wants_openmetrics
+from exporter.sinks.metrics.exposition import Format, negotiate, render_bytes
 from exporter.sinks.metrics.family import Registry
 from exporter.wiring.events import Pipeline
 from tests.components import require
@@ -123,7 +123,7 @@ def test_removed_series_leave_the_exposition():
     ],
 )
 def test_accept_negotiation(accept, om):
-    assert wants_openmetrics(accept) is om
+    assert (negotiate(accept) is Format.OPENMETRICS) is om
 
 
 def _replayed_exposition(openmetrics: bool = False) -> bytes:

@@ -17,10 +17,10 @@ from exporter.sinks.traces.builder import SpanRecord
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, default_resource, otlp_exporter
 from exporter.sinks.traces.wire import Encoder, varint
 from exporter.wiring.events import Pipeline
-from tests.otlp_receiver import OtlpReceiver
+from tests.otlp_receiver import OtlpReceiver, trace_logs
 from tests.simlogs import finite_logs, parse, value
 from tests.test_traces import WL, lifecycle, records
-from tests.test_traces_grpc import send, span_set
+from tests.test_traces_grpc import span_set
 
 ODD = SpanRecord("odd", 2**127 + 5, 2**63 + 7, 9, 1, 2**63 + 1,
                  {"f": 1.5, "neg": -3, "big": 2**62, "arr": ["a", "b"], "yes": True, "one": 1,
@@ -70,9 +70,9 @@ def test_varints_as_protobuf_writes_them():
 def test_both_pipelines_deliver_the_same_spans():
     logs, _ = finite_logs(seed=8, workloads=2, seconds=200, rate=0.5)
     with OtlpReceiver() as a, OtlpReceiver() as b:
-        encoded = send(TraceSink(otlp_exporter(a.endpoint), TraceConfig(backpressure=True)), logs)
-        via_sdk = send(TraceSink(otlp_exporter(b.endpoint), TraceConfig(backpressure=True),
-                                 sdk=True), logs)
+        batching = TraceConfig(backpressure=True)
+        encoded = trace_logs(TraceSink(otlp_exporter(a.endpoint), batching), logs)
+        via_sdk = trace_logs(TraceSink(otlp_exporter(b.endpoint), batching, sdk=True), logs)
     assert encoded.encoded and not via_sdk.encoded
     assert encoded.stats.exported == via_sdk.stats.exported == len(a.spans) > 200
     assert span_set(a.spans) == span_set(b.spans)
