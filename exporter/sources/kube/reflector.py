@@ -29,20 +29,17 @@ from typing import Any
 
 from exporter.sinks.metrics.kube import KubeMetrics, scope_label
 from exporter.sources.backoff import Backoff
-from exporter.sources.complaints import Complaints
-from exporter.sources.kube.api import (
-    CredentialsUnavailable,
+from exporter.sources.http import (
+    NEEDS_ATTENTION,
     Expired,
-    KubeApi,
-    KubeError,
-    ListPage,
+    HttpError,
     NotFound,
     Rejected,
-    RetryLater,
-    Unauthorized,
-    gc_hold,
-    gc_release,
+    Retry,
+    Wording,
+    retry_forever,
 )
+from exporter.sources.kube.api import KubeApi, ListPage, gc_hold, gc_release
 from exporter.sources.kube.handler import Key, ObjectHandler, Store, object_key, resource_version
 from exporter.sources.tasks import cancel
 
@@ -60,8 +57,21 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 Sleep = Callable[[float], Awaitable[Any]]
-# Errors a person has to fix (RBAC, a token, a missing CRD): retried, but never fast.
-_NEEDS_ATTENTION = (Unauthorized, CredentialsUnavailable, Rejected)
+
+NOT_SERVED = ("the API server does not serve unitsignals.units.zaroz.cloud/v1 (HTTP 404): is the "
+              "UnitSignal CRD installed?")
+WORDING = Wording(
+    retry_later="kubernetes API asks to retry later",
+    failed="kubernetes API request failed",
+    unauthorized=("kubernetes API refused the credentials (needs get, list, watch on "
+                  "unitsignals.units.zaroz.cloud)"),
+    no_credentials="no kubernetes credentials to send",
+    # Usually a CRD not installed yet (or deleted): polled with the usual backoff, so its
+    # objects appear within one backoff of it being installed.
+    not_found=NOT_SERVED,
+    rejected="kubernetes API rejected the request",
+    recovered="kubernetes API recovered",
+)
 
 
 class _NullMetrics:
@@ -105,7 +115,6 @@ class Reflector:
         self.watch_margin = watch_margin
         self.idle_timeout = idle_timeout
         self.backoff = backoff if backoff is not None else Backoff()
-        self.attention_delay = attention_delay
         self.min_watch_duration = min_watch_duration
         self.sleep = sleep
         self.clock = clock
@@ -126,8 +135,10 @@ class Reflector:
         self._continue: str | None = None
         self._expired_streak = 0
         self._ahead: tuple[str, asyncio.Future[ListPage]] | None = None  # next page, asked for
-        self._complaints = Complaints(log, "kubernetes API recovered", log_interval,
-                                      scope=self.scope)
+        # A first 401 made the credentials reload (an expired exec token): retried soon.
+        self.retry = Retry(log, WORDING, self.backoff, attention_delay=attention_delay,
+                           log_interval=log_interval, not_found_waits=False,
+                           retry_first_401=True, scope=self.scope)
         self._task: asyncio.Task[None] | None = None
         self._gc_held = False
 
@@ -149,17 +160,8 @@ class Reflector:
         self.metrics.synced(self.scope, self.synced)
         log.info("watching unitsignals", extra={
             "scope": self.scope, "label_selector": self.label_selector or ""})
-        while True:
-            try:
-                delay = await self.step()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                delay = self.backoff.next()
-                log.exception("reflector error, retrying", extra={
-                    "scope": self.scope, "retry_in": round(delay, 3)})
-            if delay > 0:
-                await self.sleep(delay)
+        await retry_forever(self.step, self.sleep, self.backoff, log,
+                            "reflector error, retrying", lambda: {"scope": self.scope})
 
     async def step(self) -> float:
         """One LIST page or one watch; returns the pause before the next step."""
@@ -222,9 +224,9 @@ class Reflector:
             self._restart_list()
             self._not_served()
             return self._delay_for(e, "list")
-        except KubeError as e:
+        except HttpError as e:
             self._failed("list", e, request=True)
-            if isinstance(e, _NEEDS_ATTENTION):
+            if isinstance(e, NEEDS_ATTENTION):
                 # Whatever caused it may change what the list holds: start the list over.
                 self._restart_list()
             return self._delay_for(e, "list")  # a transient error retries the same page
@@ -307,8 +309,7 @@ class Reflector:
         self.keys = keys
         self.resource_version = rv
         self.metrics.objects(self.scope, len(self.keys))
-        self.backoff.reset()
-        self._complaints.recovered(resource_version=rv)
+        self.retry.recovered(resource_version=rv)
         if not self.synced:
             self.synced = True
             self.metrics.synced(self.scope, True)
@@ -352,15 +353,15 @@ class Reflector:
             self._failed("watch", e, request=not opened)
             self._relist("error")
             return self._delay_for(e, "watch")
-        except KubeError as e:
+        except HttpError as e:
             # Dropped, cut, timed out, refused for now: resume from the last version seen.
             self._failed("watch", e, request=not opened)
             return self._delay_for(e, "watch")
         if events == 0 and time.monotonic() - started < self.min_watch_duration:
             # The server ends watches at once: resuming at once would spin.
             delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, "empty", "watch ended at once without "
-                                    "events", delay, resource_version=self.resource_version)
+            self.retry.complain(logging.WARNING, "empty", "watch ended at once without events",
+                                delay, resource_version=self.resource_version)
             return delay
         return 0.0
 
@@ -371,8 +372,7 @@ class Reflector:
         self.metrics.event(self.scope, type_, now)
         if self._expired_streak or self.backoff.failures:
             self._expired_streak = 0
-            self.backoff.reset()
-            self._complaints.recovered(resource_version=self.resource_version)
+            self.retry.recovered(resource_version=self.resource_version)
         keys = self.keys
         n = len(keys)
         if type_ == "MODIFIED" or type_ == "ADDED":
@@ -425,7 +425,7 @@ class Reflector:
         self.requests[f"{verb}:{result}"] += 1
         self.metrics.request(self.scope, verb, result)
 
-    def _failed(self, verb: str, e: KubeError, request: bool) -> None:
+    def _failed(self, verb: str, e: HttpError, request: bool) -> None:
         """`request`: the failure is the request's outcome (not an open stream breaking)."""
         if request:
             self._count(verb, e.result)
@@ -433,41 +433,8 @@ class Reflector:
         self.failures[f"{verb}:{e.result}"] += 1
         self.metrics.failure(self.scope, verb, e.result)
 
-    def _delay_for(self, e: KubeError, verb: str) -> float:
-        fields = {"verb": verb, "error": str(e), "resource_version": self.resource_version}
-        if isinstance(e, RetryLater):
-            delay = self.backoff.next(retry_after=e.retry_after)
-            self._complaints.failed(logging.WARNING, e.result, "kubernetes API asks to retry "
-                                    "later", delay, retry_after=e.retry_after, **fields)
-        elif isinstance(e, NotFound):
-            # Usually a CRD not installed yet (or deleted): polled with the usual backoff, so
-            # its objects appear within one backoff of it being installed.
-            delay = self.backoff.next()
-            self._complaints.failed(logging.ERROR, e.result, NOT_SERVED, delay, **fields)
-        elif isinstance(e, _NEEDS_ATTENTION):
-            # A first 401 made the credentials reload (an expired exec token): retry soon.
-            fresh = isinstance(e, Unauthorized) and e.status == 401 and not self._complaints.count
-            delay = self.backoff.next(floor=0.0 if fresh else self.attention_delay)
-            self._complaints.failed(logging.ERROR, e.result, _attention_message(e), delay,
-                                    **fields)
-        else:
-            delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, e.result, "kubernetes API request failed",
-                                    delay, **fields)
-        return delay
-
-
-NOT_SERVED = ("the API server does not serve unitsignals.units.zaroz.cloud/v1 (HTTP 404): is the "
-              "UnitSignal CRD installed?")
-
-
-def _attention_message(e: KubeError) -> str:
-    if isinstance(e, Unauthorized):
-        return ("kubernetes API refused the credentials (needs get, list, watch on "
-                "unitsignals.units.zaroz.cloud)")
-    if isinstance(e, CredentialsUnavailable):
-        return "no kubernetes credentials to send"
-    return "kubernetes API rejected the request"
+    def _delay_for(self, e: HttpError, verb: str) -> float:
+        return self.retry.failed(e, verb=verb, resource_version=self.resource_version)
 
 
 class KubeSource:
