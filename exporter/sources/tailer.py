@@ -16,18 +16,16 @@ import contextlib
 import functools
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
-from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.complaints import Complaints
 from exporter.sources.http import HttpError, Retry, Wording, retry_forever
+from exporter.sources.ports import RouteRecorder, WorkloadLogs
 from exporter.sources.route import CursorExpired, Page, RouteClient
 from exporter.sources.tasks import cancel
-from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +60,7 @@ class Tailer:
         client: RouteClient,
         workload: str,
         log: WorkloadLog,
-        metrics: RouteMetrics,
+        metrics: RouteRecorder,
         *,
         limit: int = 1000,
         wait: float = 30,
@@ -88,7 +86,6 @@ class Tailer:
         self.start_head: int | None = None  # the route's head at the first page: the backlog
         self.caught_up = False
         self.last_success: float | None = None
-        self.results: Counter[str] = Counter()
         # Errors a person has to fix (a token, a 4xx, a workload the route does not know) wait at
         # least `attention_delay` (the route may learn the workload later: still retried).
         self.retry = Retry(logging.getLogger(__name__), WORDING, self.backoff,
@@ -219,7 +216,6 @@ class Tailer:
         return self._apply(after, page.events, page.head_seq, early)
 
     def _count(self, result: str) -> None:
-        self.results[result] += 1
         self.metrics.request(self.workload, result)
 
     def _succeeded(self, healthy: bool = True) -> None:
@@ -292,8 +288,8 @@ class TailSupervisor:
     def __init__(
         self,
         client: RouteClient,
-        pipeline: Pipeline,
-        metrics: RouteMetrics,
+        pipeline: WorkloadLogs,
+        metrics: RouteRecorder,
         workloads: list[str] | None = None,
         discovery_interval: float = 60.0,
         *,

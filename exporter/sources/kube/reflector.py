@@ -3,12 +3,13 @@
 Informer semantics on a plain aiohttp loop (the official clients' watch helpers were ~5x slower,
 decoded custom objects twice and retried a 410 with the same stale resourceVersion):
 
-- a paginated LIST gives the whole set and a resourceVersion; the handler gets `replace`;
+- a paginated LIST gives the whole set and a resourceVersion; the handler gets it page by page
+  (`list_page`), then the keys of the whole set (`list_done`);
 - a WATCH from that resourceVersion (with bookmarks) gives every change after it; every event and
   bookmark advances the resourceVersion, so a watch that ends, drops or times out is resumed
   from the last one seen and replays nothing (no ADDED storm, no relist);
 - only a 410 (the resourceVersion was compacted away) or a watch refused outright forces a new
-  LIST, and `replace` lets the handler drop what was deleted meanwhile;
+  LIST, and `list_done` lets the handler drop what was deleted meanwhile;
 - a watch is never opened without a resourceVersion (that would replay every object as ADDED).
 
 Errors never end a reflector: each is counted, logged (rate-limited) and retried after a
@@ -23,11 +24,9 @@ import gc
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from exporter.sinks.metrics.kube import KubeMetrics, scope_label
 from exporter.sources.backoff import Backoff
 from exporter.sources.http import (
     NEEDS_ATTENTION,
@@ -40,10 +39,12 @@ from exporter.sources.http import (
     retry_forever,
 )
 from exporter.sources.kube.api import KubeApi, ListPage, gc_hold, gc_release
-from exporter.sources.kube.handler import Key, ObjectHandler, Store, object_key, resource_version
+from exporter.sources.kube.handler import Key, ObjectHandler, object_key, resource_version
+from exporter.sources.ports import KubeRecorder
 from exporter.sources.tasks import cancel
+from exporter.vocabulary import scope_label
 
-__all__ = ["KubeSource", "ObjectHandler", "Reflector", "Store"]
+__all__ = ["KubeSource", "ObjectHandler", "Reflector"]
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +75,6 @@ WORDING = Wording(
 )
 
 
-class _NullMetrics:
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *a, **k: None
-
-
 class Reflector:
     """Lists and watches one scope (a namespace, or all) into one handler."""
 
@@ -86,7 +82,7 @@ class Reflector:
         self,
         api: KubeApi,
         handler: ObjectHandler,
-        metrics: KubeMetrics | None = None,
+        metrics: KubeRecorder,
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -105,7 +101,7 @@ class Reflector:
     ) -> None:
         self.api = api
         self.handler = handler
-        self.metrics: Any = metrics if metrics is not None else _NullMetrics()
+        self.metrics = metrics
         self.namespace = namespace or None
         self.scope = scope_label(self.namespace)
         self.label_selector = label_selector or None
@@ -124,13 +120,8 @@ class Reflector:
         self.last_error: str | None = None  # why the reflector is not in step, for /readyz
         self.resource_version: str | None = None  # None: a LIST is due
         self.keys: set[Key] = set()
-        self.requests: Counter[str] = Counter()  # "list:200", "watch:410", ... for tests
-        self.relists: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
         self._relist_reason: str | None = "initial"
-        self._pages: list[Any] = []  # items of a LIST in progress (handlers without list_page)
-        self._listed: set[Any] = set()  # keys of a LIST in progress (handlers with list_page)
-        self._paged = hasattr(handler, "list_page") and hasattr(handler, "list_done")
+        self._listed: set[Key] = set()  # keys of the LIST in progress
         self._list_rv: str | None = None
         self._continue: str | None = None
         self._expired_streak = 0
@@ -200,7 +191,6 @@ class Reflector:
         Called by step(), with the cyclic collector paused."""
         if self._relist_reason is not None:
             reason, self._relist_reason = self._relist_reason, None
-            self.relists[reason] += 1
             self.metrics.relist(self.scope, reason)
             log.log(logging.INFO if reason == "initial" else logging.WARNING, "listing", extra={
                 "scope": self.scope, "reason": reason})
@@ -241,24 +231,18 @@ class Reflector:
             task.add_done_callback(_retrieved)
             self._ahead = (page.continue_token, task)
             await asyncio.sleep(0)  # the request goes out now, not after the first slice
-        if self._paged:
-            # Applied as it arrives and dropped: 100k objects are never all held decoded; in
-            # slices, so the request ahead goes out and other tasks run in between.
-            items, now = page.items, self.clock()
-            for i in range(0, len(items), _SLICE):
-                self._deliver_page(items[i:i + _SLICE], now)
-                await asyncio.sleep(0)
-        else:
-            self._pages.extend(page.items)
+        # Applied as it arrives and dropped: 100k objects are never all held decoded; in
+        # slices, so the request ahead goes out and other tasks run in between.
+        items, now = page.items, self.clock()
+        for i in range(0, len(items), _SLICE):
+            self._deliver_page(items[i:i + _SLICE], now)
+            await asyncio.sleep(0)
         if page.continue_token is not None:
             return 0.0
-        items, rv = self._pages, self._list_rv or page.resource_version
-        listed = self._listed
+        rv, listed = self._list_rv or page.resource_version, self._listed
         self._restart_list()
-        if self._paged:
-            self._list_done(listed, rv)
-        else:
-            self._replace(items, rv)
+        self._deliver(self.handler.list_done, listed, self.clock())
+        self._synced_at(listed, rv)
         # What a full list leaves behind lives as long as the objects do: keep the cyclic
         # collector from walking it again on every full collection.
         gc.freeze()
@@ -272,20 +256,9 @@ class Reflector:
         if self._ahead is not None:
             self._ahead[1].cancel()
             self._ahead = None
-        self._pages = []
         self._listed = set()
         self._continue = None
         self._list_rv = None
-
-    def _list_done(self, listed: set[Any], rv: str) -> None:
-        self._deliver("list_done", listed, self.clock())
-        self._synced_at(listed, rv)
-
-    def _replace(self, items: list[Any], rv: str) -> None:
-        now = self.clock()
-        keys = {k for k in map(object_key, items) if k is not None}
-        self._deliver("replace", items, now)
-        self._synced_at(keys, rv)
 
     def _not_served(self) -> None:
         """A LIST answered 404: the resource (the CRD) is gone or not there yet, so are all its
@@ -295,15 +268,11 @@ class Reflector:
         if self.absent:
             return
         self.absent = True
-        now = self.clock()
-        if self._paged:
-            self._deliver("list_done", set(), now)
-        else:
-            self._deliver("replace", [], now)
+        self._deliver(self.handler.list_done, set(), self.clock())
         self.keys = set()
         self.metrics.objects(self.scope, 0)
 
-    def _synced_at(self, keys: set[Any], rv: str) -> None:
+    def _synced_at(self, keys: set[Key], rv: str) -> None:
         self.absent = False
         self.last_error = None
         self.keys = keys
@@ -387,7 +356,7 @@ class Reflector:
             key = object_key(obj)
             if key is not None:
                 keys.discard(key)
-            self._deliver("delete", obj, now)
+            self._deliver(self.handler.delete, obj, now)
         elif type_ != "BOOKMARK":
             return  # a type this reflector does not know: its version is not trusted either
         rv = resource_version(obj)
@@ -400,29 +369,27 @@ class Reflector:
         """A slice of a LIST page to a paged handler. The keys it returns (object_key's, of the
         objects it took) are the list's; they are worked out here only when it returns none
         or fails (measured: 0.1 s of a 100k-object sync to compute them twice)."""
-        keys = self._deliver("list_page", items, now)
+        keys = self._deliver(self.handler.list_page, items, now)
         if keys is None:
             keys = [k for k in map(object_key, items) if k is not None]
         self._listed.update(keys)
 
-    def _deliver(self, call: str, arg: Any, now: float) -> Any:
+    def _deliver(self, call: Callable[[Any, float], Any], arg: Any, now: float) -> Any:
         """A handler bug must not stall the reflector (the same event would fail forever):
         the call's result, or None when it failed."""
         try:
-            return getattr(self.handler, call)(arg, now)
+            return call(arg, now)
         except Exception:
-            self._failed_call(call)
+            self._failed_call(call.__name__)
             return None
 
     def _failed_call(self, call: str) -> None:
         """Within an `except`: the handler's exception is logged with its traceback."""
-        self.failures["handler"] += 1
         log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
 
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _count(self, verb: str, result: str) -> None:
-        self.requests[f"{verb}:{result}"] += 1
         self.metrics.request(self.scope, verb, result)
 
     def _failed(self, verb: str, e: HttpError, request: bool) -> None:
@@ -430,7 +397,6 @@ class Reflector:
         if request:
             self._count(verb, e.result)
         self.last_error = f"{verb}: {e}"
-        self.failures[f"{verb}:{e.result}"] += 1
         self.metrics.failure(self.scope, verb, e.result)
 
     def _delay_for(self, e: HttpError, verb: str) -> float:
@@ -441,14 +407,14 @@ class KubeSource:
     """One reflector per namespace when namespaces are given, else one cluster-wide.
 
     `handler_for(namespace)` gives each reflector its handler (namespace None: cluster-wide),
-    since a handler's `replace` reconciles one reflector's whole scope.
+    since a handler's `list_done` reconciles one reflector's whole scope.
     """
 
     def __init__(
         self,
         api: KubeApi,
         handler_for: Callable[[str | None], ObjectHandler],
-        metrics: KubeMetrics | None = None,
+        metrics: KubeRecorder,
         *,
         namespaces: Sequence[str] | None = None,
         label_selector: str | None = None,
@@ -462,7 +428,7 @@ class KubeSource:
             for ns in scopes
         ]
 
-    def start(self) -> None:
+    async def start(self) -> None:
         for r in self.reflectors:
             r.start()
 
