@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from exporter.sources import token as token_module
 from exporter.sources.http import (
     CredentialsUnavailable,
     NotFound,
@@ -199,14 +200,21 @@ async def test_odd_answers(odd, session, workload, exc, result):
 # TokenFile ---------------------------------------------------------------------------------
 
 
-def test_token_is_stripped_cached_and_reread_on_change(tmp_path):
+def test_token_is_stripped_cached_and_reread_on_change(tmp_path, monkeypatch):
+    opened: list[str] = []
+
+    def counting_open(path, *a, **kw):  # the module's `open`: each read of the token file
+        opened.append(str(path))
+        return open(path, *a, **kw)
+
+    monkeypatch.setattr(token_module, "open", counting_open, raising=False)
     p = tmp_path / "token"
     p.write_text("  abc\n")
     t = TokenFile(p)
     assert t.get() == "abc" and t.get() == "abc"
-    assert t.reads == 1
+    assert opened == [str(p)]
     p.write_text("defg\n")  # size changes
-    assert t.get() == "defg" and t.reads == 2
+    assert t.get() == "defg" and opened == [str(p)] * 2
 
 
 def test_token_follows_a_kubernetes_style_symlink_swap(tmp_path):
