@@ -3,6 +3,7 @@ and log lines (the route and Kubernetes clients and their loops all go through i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from email.utils import formatdate
@@ -24,6 +25,7 @@ from exporter.sources.http import (
     error_for_status,
     parse_retry_after,
     retry_after_header,
+    retry_forever,
     status_result,
 )
 
@@ -128,3 +130,30 @@ def test_retry_logs_once_per_streak_in_the_sources_words(caplog):
     assert (first.workload, first.cursor, first.failures) == ("wl-1", 7, 1)
     assert refused.failures == 4 and refused.error == "HTTP 401 bad token"
     assert (done.failures, done.last_result, done.cursor) == (4, "401", 8)
+
+
+async def test_retry_forever_survives_a_bug_and_ends_only_when_cancelled(caplog):
+    caplog.set_level(logging.ERROR, logger="test.http")
+    pauses: list[float] = []
+    steps = iter([0.5, "bug", 0.0, 2.0])
+
+    async def step() -> float:
+        got = next(steps)
+        if got == "bug":
+            raise KeyError("a bug")
+        return got  # type: ignore[return-value]
+
+    async def pause(delay: float) -> None:
+        pauses.append(delay)
+        if len(pauses) == 3:
+            raise asyncio.CancelledError
+
+    backoff = Backoff(1.0, 1.0, rng=random.Random(0))
+    with pytest.raises(asyncio.CancelledError):
+        await retry_forever(step, pause, backoff, logging.getLogger("test.http"), "step failed",
+                            lambda: {"scope": "*"})
+    # 0.5, then the bug's backoff, no pause after 0.0, then 2.0 (cancelled)
+    assert pauses[0] == 0.5 and 0 < pauses[1] <= 1.0 and pauses[2] == 2.0
+    [rec] = caplog.records
+    assert rec.getMessage() == "step failed" and rec.scope == "*" and rec.exc_info is not None
+    assert rec.retry_in == round(pauses[1], 3)

@@ -388,21 +388,19 @@ class TailSupervisor:
 
     async def _discover_loop(self) -> None:
         backoff = self.backoff_factory()
-        while True:
+
+        async def step() -> float:
             try:
                 ok = await self.discover_once()
-            except asyncio.CancelledError:
-                raise
             except Exception:
-                self.metrics.discovery("error")
-                log.exception("workload discovery error")
-                ok = False
+                self.metrics.discovery("error")  # a bug: logged (with its traceback) below
+                raise
             if ok:
                 backoff.reset()
-                delay = self.discovery_interval
-            else:
-                delay = min(self.discovery_interval, backoff.next())
-            await asyncio.sleep(delay)
+                return self.discovery_interval
+            return min(self.discovery_interval, backoff.next())
+
+        await retry_forever(step, asyncio.sleep, backoff, log, "workload discovery error", dict)
 
     async def _sync(self, wanted: list[str]) -> None:
         wanted = [w for w in wanted if self.owns(w)]
