@@ -1160,7 +1160,8 @@ class ClusterBench:
             self.kept = await http_sync(self.emu.url)
         sync = self.kept
         try:
-            while sync.source.reflectors[0].requests["watch:200"] < 1:
+            watches = sync.registry["zaroz_kube_requests_total"].labels("*", "watch", "200")
+            while watches.value < 1:  # type: ignore[union-attr]
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)
             rounds: list[tuple[float, float]] = []
