@@ -555,7 +555,7 @@ async def http_sync(url: str, namespaces: list[str] | None = None,
                         namespaces=namespaces, page_size=PAGE_SIZE)  # fmt: skip
     gc.collect()
     t = time.perf_counter()
-    source.start()
+    await source.start()
     while not source.synced:
         await asyncio.sleep(0.001)
     return HttpSync(time.perf_counter() - t, reg, model, source, session, count)
@@ -1160,7 +1160,8 @@ class ClusterBench:
             self.kept = await http_sync(self.emu.url)
         sync = self.kept
         try:
-            while sync.source.reflectors[0].requests["watch:200"] < 1:
+            watches = sync.registry["zaroz_kube_requests_total"].labels("*", "watch", "200")
+            while watches.value < 1:  # type: ignore[union-attr]
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)
             rounds: list[tuple[float, float]] = []
@@ -1332,9 +1333,11 @@ class ClusterBench:
                 t = time.perf_counter()
                 await r.watch_once()
                 elapsed = time.perf_counter() - t
-                if count[0] != n or r.failures:
+                failed = {k: s.value for k, s in  # type: ignore[union-attr]
+                          sync.registry["zaroz_kube_failures_total"].series.items() if s.value}
+                if count[0] != n or failed:
                     raise RuntimeError(f"pre-rendered watch: {count[0]} of {n} applied, "
-                                       f"failures {dict(r.failures)}")
+                                       f"failures {failed}")
                 times[typed].append(elapsed)
         finally:
             await sync.close()

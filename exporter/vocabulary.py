@@ -53,14 +53,28 @@ VIOLATION_RULES = (
 KUBE_RELIST_REASONS = ("initial", "expired", "error")
 KUBE_WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "unknown")
 
-# The webhook receiver's results, each a `result` of zaroz_webhook_deliveries_total; series
-# exist at 0 from the start so rates work at once.
-DELIVERY_RESULTS = (
-    "accepted", "duplicate", "refetched", "ping", "invalid", "ignored", "cross_workload",
-    "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp", "no_secret",
-    "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
+# The webhook receiver's results, each a `result` of zaroz_webhook_deliveries_total. What a
+# signed, parsed delivery did (the model's `WorkloadLog.offer` results, and the intake's
+# `ignored`): answered with a 2xx.
+DELIVERY_APPLIED = ("accepted", "duplicate", "refetched", "ping", "invalid", "ignored")
+# Why a delivery was refused (the receiver answers each with its own 4xx or 503).
+DELIVERY_REFUSALS = (
+    "cross_workload", "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp",
+    "no_secret", "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
 )  # fmt: skip
+# Every result; series exist at 0 from the start so rates work at once.
+DELIVERY_RESULTS = DELIVERY_APPLIED + DELIVERY_REFUSALS
 # A checkpoint save: written, unchanged (same bytes as the last), or error.
 SAVE_RESULTS = ("written", "unchanged", "error")
 # A UnitSignal's activity as the agent reports it (`none`: not reported).
 ACTIVITIES = ("idle", "busy", "none")
+
+# -- Sources: Kubernetes scopes -------------------------------------------------------------------
+
+# The `scope` of a cluster-wide reflector: not a valid namespace name, so never ambiguous.
+ALL_NAMESPACES = "*"
+
+
+def scope_label(namespace: str | None) -> str:
+    """A reflector's `scope` label value: its namespace, or `*` for all."""
+    return namespace or ALL_NAMESPACES

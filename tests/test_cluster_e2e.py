@@ -91,7 +91,7 @@ def reference(emu: KubeEmulator) -> dict:
 async def test_generation_lag_and_invalid_spec_through_the_api(emu, session):
     emu.create("ns-a", "u1", spec(1), labels=WL, status=full_status(observedGeneration=1))
     ex = Exporter(emu, session)
-    ex.source.start()
+    await ex.source.start()
     try:
         await ex.until(lambda: ex.source.synced)
         emu.update_spec("ns-a", "u1", spec(2))
@@ -118,7 +118,7 @@ async def test_relist_after_410_drops_objects_deleted_while_away(emu, session):
         emu.create("ns-a", f"u{i}", spec(1, f"k{i}"), labels=WL,
                    status=full_status(observedGeneration=1))
     ex = Exporter(emu, session)
-    ex.source.start()
+    await ex.source.start()
     try:
         await ex.until(lambda: ex.source.synced and len(ex.model.objects) == 20)
         lists_before = emu.count("list")
@@ -126,7 +126,7 @@ async def test_relist_after_410_drops_objects_deleted_while_away(emu, session):
         for i in range(5):
             emu.delete("ns-a", f"u{i}")
         emu.compact()  # ...and the history it would resume from is gone
-        ex.source.start()
+        await ex.source.start()
         await ex.until(lambda: len(ex.model.objects) == 15)
         assert emu.count("list") > lists_before
         s = samples(ex.reg)
@@ -140,7 +140,7 @@ async def test_resumed_watch_replays_no_added_storm(emu, session):
     for i in range(30):
         emu.create("ns-a", f"u{i}", spec(1, f"k{i}"), labels=WL)
     ex = Exporter(emu, session)
-    ex.source.start()
+    await ex.source.start()
     try:
         await ex.until(lambda: ex.source.synced)
         upserts = []
@@ -177,7 +177,7 @@ async def test_every_fault_survived_with_nothing_lost_or_duplicated(emu, session
     f.cut_watch(after_events=2, times=2)
     f.slow(0.3, 0.05, on="watch")
     f.expire_watch()
-    ex.source.start()
+    await ex.source.start()
     try:
         gens = {}
         for step in range(60):

@@ -130,11 +130,12 @@ async def test_objects_of_a_crd_deleted_while_the_watch_was_down_leave(emu):
             await probe.wait_signals({f"u{i}" for i in range(5)})
             await running.kube.stop()  # the watch is down...
             emu.uninstall_crd()  # ...while the CRD and its objects go
-            running.kube.start()
+            await running.kube.start()
             await probe.wait_signals(set())
             code, text = await probe.readyz()
             assert code == 503 and "CRD installed" in text, text
-            reflector = running.kube.reflectors[0]
-            assert reflector.requests["list:404"] >= 1 or reflector.requests["watch:404"] >= 1
+            requests = running.pipeline.registry["zaroz_kube_requests_total"].series
+            assert sum(s.value for k, s in requests.items()  # type: ignore[union-attr]
+                       if k[2] == "404") >= 1
     finally:
         await running.stop()

@@ -12,14 +12,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from exporter.sources.kube.api import (
-    Expired,
-    KubeApi,
-    Rejected,
-    RetryLater,
-    TransportError,
-    Unauthorized,
-)
+from exporter.sources.http import Expired, Rejected, RetryLater, TransportError, Unauthorized
+from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
 
 OBJ = {"metadata": {"name": "x", "namespace": "a", "resourceVersion": "7"}}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,8 +18,9 @@ from exporter.sinks.metrics.kube import KubeMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.kube.api import KubeApi
 from exporter.sources.kube.config import from_url
-from exporter.sources.kube.handler import Key, Store, object_key
+from exporter.sources.kube.handler import Key, object_key
 from exporter.sources.kube.reflector import KubeSource, Reflector
+from tests.kubestore import Store
 from tests.waiting import until
 from zaroz_sim.kube.emulator import KubeEmulator
 
@@ -64,13 +67,38 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 def reflector(emu: KubeEmulator, session: aiohttp.ClientSession, store: Store,
-              **kw: Any) -> tuple[Reflector, Sleeps]:
+              metrics: KubeMetrics | None = None, **kw: Any) -> tuple[Reflector, Sleeps]:
     sleeps = Sleeps()
     api = KubeApi(session, from_url(emu.url), request_timeout=5)  # type: ignore[attr-defined]
     opts: dict[str, Any] = {"page_size": 10, "watch_timeout": 30, "sleep": sleeps,
                             "backoff": Backoff(0.01, 0.05)}
     opts.update(kw)
-    return Reflector(api, store, **opts), sleeps
+    return Reflector(api, store, metrics or KubeMetrics(Registry()), **opts), sleeps
+
+
+def _counts(r: Reflector, name: str) -> Counter[str]:
+    """A reflector's series of a `zaroz_kube_*` counter, as "label:label" -> value (zeros left
+    out), read from the registry its metrics write to."""
+    metrics = r.metrics
+    assert isinstance(metrics, KubeMetrics)
+    return Counter({":".join(k[1:]): s.value
+                    for k, s in metrics.registry[name].series.items()  # type: ignore[union-attr]
+                    if k[0] == r.scope and s.value})  # type: ignore[union-attr]
+
+
+def requests(r: Reflector) -> Counter[str]:
+    """"verb:result" -> requests (zaroz_kube_requests_total)."""
+    return _counts(r, "zaroz_kube_requests_total")
+
+
+def failures(r: Reflector) -> Counter[str]:
+    """"verb:reason" -> failures (zaroz_kube_failures_total)."""
+    return _counts(r, "zaroz_kube_failures_total")
+
+
+def relists(r: Reflector) -> Counter[str]:
+    """reason -> relists started (zaroz_kube_relists_total)."""
+    return _counts(r, "zaroz_kube_relists_total")
 
 
 def populate(emu: KubeEmulator, n: int = 25) -> None:
@@ -93,13 +121,13 @@ async def test_initial_paginated_sync(emu, session):
     await synced(r)
     try:
         assert store.versions() == server_state(emu)
-        assert store.calls == {"replace": 1, "upsert": 0, "delete": 0}
+        assert store.calls == {"list_done": 1, "upsert": 0, "delete": 0}
         lists = [q.query for q in emu.request_log if q.kind == "list"]
         assert len(lists) == 3 and all(q["limit"] == "10" for q in lists)
         assert "continue" not in lists[0] and all("continue" in q for q in lists[1:])
         assert all("resourceVersion" not in q for q in lists)
         assert r.resource_version == str(emu.resource_version)
-        assert r.relists == {"initial": 1}
+        assert relists(r) == {"initial": 1}
         await until(lambda: emu.count("watch") == 1)
         fam = registry["zaroz_kube_objects"]
         assert fam.series[("*",)].value == 25
@@ -124,7 +152,7 @@ async def test_watch_applies_changes_and_never_starts_without_a_version(emu, ses
         emu.patch_status("a", "new", {"observedGeneration": 2})
         emu.delete("b", "us-000")
         await until(lambda: store.versions() == server_state(emu))
-        assert store.calls == {"replace": 1, "upsert": 3, "delete": 1}
+        assert store.calls == {"list_done": 1, "upsert": 3, "delete": 1}
         assert store.objects[("a", "new")]["status"] == {"observedGeneration": 2}
         assert isinstance(store.last_now, float) and store.last_now > 1e9
         for q in emu.request_log:
@@ -163,13 +191,13 @@ async def test_resumed_watch_replays_nothing_and_bookmarks_advance_the_version(e
         await until(lambda: store.versions() == server_state(emu, "a"))
         await until(lambda: emu.count("watch") >= 4)
         assert emu.count("list") == 1  # no relist
-        assert store.calls == {"replace": 1, "upsert": 5, "delete": 0}  # no ADDED storm
+        assert store.calls == {"list_done": 1, "upsert": 5, "delete": 0}  # no ADDED storm
         watches = [q.query["resourceVersion"] for q in emu.request_log if q.kind == "watch"]
         assert watches[0] == listed_rv
         # Each resumed watch starts at the last version the previous one delivered.
         assert all(int(b) >= int(a) for a, b in itertools.pairwise(watches))
         assert int(watches[1]) >= int(target)
-        assert r.relists == {"initial": 1}
+        assert relists(r) == {"initial": 1}
     finally:
         await r.stop()
 
@@ -190,13 +218,13 @@ async def test_expired_version_relists_and_drops_objects_deleted_meanwhile(emu, 
     try:
         await until(lambda: store.versions() == server_state(emu))
         assert ("a", "us-001") not in store.objects and ("a", "late") in store.objects
-        assert r.relists == {"initial": 1, "expired": 1}
-        assert store.calls["replace"] == 2 and store.calls["delete"] == 0
+        assert relists(r) == {"initial": 1, "expired": 1}
+        assert store.calls["list_done"] == 2 and store.calls["delete"] == 0
         assert registry["zaroz_kube_relists_total"].series[("*", "expired")].value == 1
-        assert r.failures["watch:410"] == 1
+        assert failures(r)["watch:410"] == 1
         # A 410 as an ERROR event inside a 200 stream relists too.
         emu.faults.expire_watch()
-        await until(lambda: r.relists["expired"] == 2)
+        await until(lambda: relists(r)["expired"] == 2)
         await until(lambda: r.resource_version is not None and r.synced)
         emu.create("b", "after", spec("z"))
         await until(lambda: store.versions() == server_state(emu))
@@ -212,9 +240,9 @@ async def test_retry_after_is_honoured(emu, session):
     await synced(r)
     try:
         assert sleeps.delays and 7 <= sleeps.delays[0] <= 7 * 1.1 + 0.05
-        assert r.requests["list:429"] == 1 and store.versions() == server_state(emu)
+        assert requests(r)["list:429"] == 1 and store.versions() == server_state(emu)
         emu.faults.status(503, retry_after=3, on="watch")
-        await until(lambda: r.requests["watch:503"] == 1)
+        await until(lambda: requests(r)["watch:503"] == 1)
         await until(lambda: len(sleeps.delays) >= 2)
         assert sleeps.delays[1] >= 3
     finally:
@@ -243,9 +271,9 @@ async def test_errors_and_drops_lose_and_duplicate_nothing(emu, session):
         await until(lambda: not emu.faults.pending)
         await asyncio.sleep(0.05)
         assert emu.count("list") == 3 + 3  # 1 failed, 2 dropped (1 retried by aiohttp), 3 pages
-        assert store.calls == {"replace": 1, "upsert": changes, "delete": 1}
-        assert r.relists == {"initial": 1}
-        assert r.failures["watch:500"] == 2 and r.failures["watch:connection"] >= 1
+        assert store.calls == {"list_done": 1, "upsert": changes, "delete": 1}
+        assert relists(r) == {"initial": 1}
+        assert failures(r)["watch:500"] == 2 and failures(r)["watch:connection"] >= 1
         assert store.versions() == server_state(emu)
     finally:
         await r.stop()
@@ -264,8 +292,8 @@ async def test_truncated_watch_line_is_not_data(emu, session):
         emu.create("a", "x2", spec("2"))  # cut in half on the wire
         emu.create("a", "x3", spec("3"))
         await until(lambda: store.versions() == server_state(emu))
-        assert r.failures["watch:truncated"] == 1
-        assert store.calls["upsert"] == 3 and r.relists == {"initial": 1}
+        assert failures(r)["watch:truncated"] == 1
+        assert store.calls["upsert"] == 3 and relists(r) == {"initial": 1}
     finally:
         await r.stop()
 
@@ -280,8 +308,8 @@ async def test_expired_continue_token_restarts_the_list(emu, session):
         lists = [q.query for q in emu.request_log if q.kind == "list"]
         # page 1, page 2 refused (410), then pages 1, 2, 3 again
         assert len(lists) == 5 and "continue" not in lists[2]
-        assert r.requests["list:410"] == 1
-        assert store.calls["replace"] == 1 and store.versions() == server_state(emu)
+        assert requests(r)["list:410"] == 1
+        assert store.calls["list_done"] == 1 and store.versions() == server_state(emu)
     finally:
         await r.stop()
 
@@ -295,11 +323,11 @@ async def test_namespaces_and_label_selector_are_passed(emu, session):
         return stores.setdefault(ns, Store())
 
     api = KubeApi(session, from_url(emu.url))  # type: ignore[attr-defined]
-    src = KubeSource(api, handler_for, namespaces=["a", "b", "a"],
+    src = KubeSource(api, handler_for, KubeMetrics(Registry()), namespaces=["a", "b", "a"],
                      label_selector=f"{WL}=web", page_size=4, watch_timeout=30)
     assert [r.namespace for r in src.reflectors] == ["a", "b"]
     assert src.readiness()[0] is False
-    src.start()
+    await src.start()
     try:
         await until(lambda: src.synced)
         assert src.readiness() == (True, "unitsignals synced in 2 scopes")
@@ -329,13 +357,14 @@ async def test_unauthorized_is_retried_slowly(emu, session, tmp_path):
     store = Store()
     sleeps = Sleeps()
     api = KubeApi(session, from_url(emu.url, tok))  # type: ignore[attr-defined]
-    r = Reflector(api, store, sleep=sleeps, backoff=Backoff(0.01, 0.05), attention_delay=5)
+    r = Reflector(api, store, KubeMetrics(Registry()), sleep=sleeps, backoff=Backoff(0.01, 0.05),
+                  attention_delay=5)
     r.start()
     try:
         await until(lambda: len(sleeps.delays) >= 2)
         # The first 401 is retried soon (credentials were reloaded), the next ones slowly.
         assert sleeps.delays[0] < 1 and sleeps.delays[1] >= 5 and not r.synced
-        assert r.requests["list:401"] >= 2
+        assert requests(r)["list:401"] >= 2
         tok.write_text("right\n")
         await until(lambda: r.synced)
     finally:
@@ -401,7 +430,7 @@ async def test_collector_stays_paused_between_the_pages_of_a_list(emu, session):
     gc.set_threshold(1)
     try:
         await synced(r)
-        assert r.requests["list:200"] == 3  # a list of three pages was made
+        assert requests(r)["list:200"] == 3  # a list of three pages was made
         assert mid_list == []
         assert gc.isenabled()
     finally:
@@ -411,23 +440,15 @@ async def test_collector_stays_paused_between_the_pages_of_a_list(emu, session):
 
 
 class PagedStore(Store):
-    """A handler that takes a LIST page by page (as the UnitSignal model does)."""
+    """A store that logs each slice of a LIST it is given."""
 
     def __init__(self, log: list[str]) -> None:
         super().__init__()
         self.log = log
-        self.listing: dict[Key, dict[str, Any]] = {}
 
-    def list_page(self, objects: list[dict[str, Any]], now: float) -> None:
+    def list_page(self, objects: list[Any], now: float) -> list[Key] | None:
         self.log.append(f"apply {len(objects)}")
-        for obj in objects:
-            key = object_key(obj)
-            if key is not None:
-                self.listing[key] = obj
-
-    def list_done(self, listed: set[Key], now: float) -> None:
-        self.objects = {k: o for k, o in self.listing.items() if k in listed}
-        self.listing = {}
+        return super().list_page(objects, now)
 
 
 async def test_next_list_page_is_asked_for_before_this_one_is_applied(emu):
@@ -461,8 +482,8 @@ async def test_a_page_asked_ahead_that_fails_is_retried_and_loses_nothing(emu, s
     await synced(r)
     try:
         assert store.versions() == server_state(emu)
-        assert r.requests["list:500"] == 1 and r.requests["list:410"] == 1
-        assert r.relists == {"initial": 1}
+        assert requests(r)["list:500"] == 1 and requests(r)["list:410"] == 1
+        assert relists(r) == {"initial": 1}
         assert len(sleeps.delays) == 1  # the pause after the 500
     finally:
         await r.stop()
@@ -477,7 +498,7 @@ class KeyedStore(PagedStore):
         self.fail_on = fail_on
         self.returned: list[Key] = []
 
-    def list_page(self, objects: list[dict[str, Any]], now: float) -> list[Key]:
+    def list_page(self, objects: list[Any], now: float) -> list[Key]:
         if any(o["metadata"]["name"] == self.fail_on for o in objects):
             raise RuntimeError("a handler bug")
         super().list_page(objects, now)
@@ -486,9 +507,11 @@ class KeyedStore(PagedStore):
         return keys
 
 
-async def test_list_keys_come_from_the_handler_or_from_the_page_when_it_fails(emu, session):
+async def test_list_keys_come_from_the_handler_or_from_the_page_when_it_fails(emu, session,
+                                                                             caplog):
     """The keys a paged handler returns are the list's; for a slice it failed on, the
     reflector reads them from the page, so nothing listed is taken for deleted."""
+    caplog.set_level(logging.ERROR, logger="exporter.sources.kube.reflector")
     populate(emu, 25)
     store = KeyedStore(fail_on="us-013")
     r, _ = reflector(emu, session, store, watch_timeout=1)
@@ -496,6 +519,8 @@ async def test_list_keys_come_from_the_handler_or_from_the_page_when_it_fails(em
     try:
         assert r.keys == set(server_state(emu))  # the failed slice's keys too
         assert len(store.returned) == 15 and set(store.returned) < r.keys
-        assert r.failures["handler"] == 1
+        failed = [rec for rec in caplog.records if rec.getMessage() == "unitsignal handler failed"]
+        assert [rec.call for rec in failed] == ["list_page"]  # type: ignore[attr-defined]
+        assert not failures(r)  # a handler bug is no failed request
     finally:
         await r.stop()

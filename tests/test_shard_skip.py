@@ -68,7 +68,13 @@ async def test_a_shard_never_exports_nor_decodes_another_shards_unitsignals():
                 writes += 1
         total = len(names) + writes
         foreign = foreign_listed * 3
-        await until(lambda: running.kube.reflectors[0].requests["watch:200"] >= 1
+        requests = running.pipeline.registry["zaroz_kube_requests_total"].series
+
+        def watching() -> bool:  # the watch is open: the status writes reach the model
+            s = requests.get(("*", "watch", "200"))
+            return s is not None and s.value >= 1  # type: ignore[union-attr]
+
+        await until(lambda: watching()
                     and sum(model.objects[k].state.status_seq == 3 for k in model.objects)
                     == len(model.objects) > 0, timeout=10)
         workloads, decoded = await scrape(running.url)

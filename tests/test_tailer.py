@@ -157,7 +157,7 @@ async def test_clean_tail_to_head_applies_everything_once(make_rig):
     assert rig.total("zaroz_events_duplicate_total") == 0
     assert rig.value("zaroz_events_gaps_total", "wl-1") == 0
     assert set(rig.requests()) == {"200"}
-    assert rig.requests()["200"] == t.results["200"] >= len(events) // 100
+    assert rig.requests()["200"] >= len(events) // 100
     assert rig.value("zaroz_route_head_seq", "wl-1") == len(events) == t.head_seq
     assert rig.value("zaroz_route_caught_up", "wl-1") == 1
     assert t0 <= rig.value("zaroz_route_last_success_timestamp_seconds", "wl-1") <= time.time()
@@ -297,7 +297,7 @@ async def test_token_rotation_sends_the_new_token(make_rig, tmp_path):
     await until(lambda: t.log.applied_through == 2)
     rig.server.token = "t2"  # the platform rotates first; the file lags behind
     rig.server.append("wl-1", envelopes(4)[2:])  # answered by the poll already authorised
-    await until(lambda: t.results["401"] >= 1)
+    await until(lambda: rig.requests().get("401", 0) >= 1)
     tmp = tmp_path / "token.new"
     tmp.write_text("t2\n")
     os.replace(tmp, tmp_path / "token")  # atomic swap: new inode
@@ -371,7 +371,7 @@ async def test_unknown_workload_404_is_retried_without_crashing(make_rig):
     sup = rig.supervisor(["ghost", "wl-1"])
     await sup.start()
     ghost = sup.tailers["ghost"]
-    await until(lambda: ghost.results["404"] >= 2 and sup.tailers["wl-1"].caught_up)
+    await until(lambda: rig.requests("ghost").get("404", 0) >= 2 and sup.tailers["wl-1"].caught_up)
     assert not ghost.start().done()  # still running
     ok, detail = sup.readiness()
     assert not ok and "ghost" in detail

@@ -12,7 +12,8 @@ import pytest
 from exporter.model import unitsignals
 from exporter.model.observations import Recorder
 from exporter.model.signal import UnitSignal, to_dict
-from exporter.sources.kube.api import TransportError, Unauthorized, _decode_typed_event
+from exporter.sources.http import TransportError, Unauthorized
+from exporter.sources.kube.api import _decode_typed_event
 from exporter.sources.kube.handler import object_key, resource_version
 from exporter.sources.kube.typed import decode_event, decode_list
 from tests.test_unitsignals_fast_path import run, writes

@@ -24,6 +24,7 @@ from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.intake import Intake
+from exporter.sources.ports import Source
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.sources.tasks import cancel
@@ -58,9 +59,11 @@ class Running:
     # Workloads whose log came from the checkpoint, exposed before it was saved: never held.
     restored: frozenset[str] = frozenset()
     webhook_url: str | None = None  # --webhook-listen
+    # Every source started (the route's tailers, the UnitSignal watch, the webhook intake).
+    sources: list[Source] = field(default_factory=list)
 
     def readiness(self) -> tuple[bool, str]:
-        parts = [s.readiness() for s in (self.supervisor, self.kube) if s is not None]
+        parts = [s.readiness() for s in self.sources]
         if not parts:
             return True, "no sources"
         return all(ok for ok, _ in parts), "; ".join(d for _, d in parts)
@@ -98,13 +101,9 @@ class Running:
 
     async def stop(self) -> None:
         """Stops the sources, then saves a last checkpoint of everything applied."""
-        if self.intake is not None:
-            self.intake.close()
         await cancel(*self.tasks)
-        if self.supervisor is not None:
-            await self.supervisor.stop()
-        if self.kube is not None:
-            await self.kube.stop()
+        for source in reversed(self.sources):  # the intake's gap checks first: they ask tailers
+            await source.stop()
         await self.opened.aclose()
 
 
@@ -249,10 +248,10 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",
                                             config.webhook_listen, config.webhook_security)
     running_box.append(running)
-    if supervisor is not None:
-        await supervisor.start()
-    if kube is not None:
-        kube.start()
+    for source in (supervisor, kube, intake):
+        if source is not None:
+            running.sources.append(source)
+            await source.start()
     running.tasks.append(asyncio.create_task(
         _expire_loop(running, config.unit_expiry_interval), name="expire"))
     if checkpointer is not None and config.checkpoint_interval > 0:

@@ -30,9 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
-from exporter.sinks.metrics.webhook import WebhookMetrics
+from exporter.sources.ports import WebhookRecorder, WorkloadLogs
 from exporter.sources.tailer import TailSupervisor
-from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +39,8 @@ log = logging.getLogger(__name__)
 class Intake:
     def __init__(
         self,
-        pipeline: Pipeline,
-        metrics: WebhookMetrics,
+        pipeline: WorkloadLogs,
+        metrics: WebhookRecorder,
         supervisor: TailSupervisor | None = None,
         *,
         grace: float = 2.0,
@@ -123,9 +122,8 @@ class Intake:
         sup = self.supervisor
         if sup is None:
             return self.pipeline.workload(workload)
-        owns = getattr(sup, "owns", None)
         if sup.fixed is not None:
-            ok = workload in sup.fixed and (owns is None or owns(workload))
+            ok = workload in sup.fixed and sup.owns(workload)
             return self.pipeline.workload(workload) if ok else None
         # Another shard's workload (model/sharding.py) is not started here: its shard reads it.
         return self.pipeline.workload(workload) if sup.add(workload) else None
@@ -193,6 +191,18 @@ class Intake:
     def _deferred_backfill(self, workload: str, reason: str) -> None:
         self._deferred.pop(workload, None)
         self._backfill(workload, reason)
+
+    # -- as a Source (sources.ports) ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Nothing runs ahead of the first delivery: the receiver's route is already installed."""
+
+    async def stop(self) -> None:
+        self.close()
+
+    def readiness(self) -> tuple[bool, str]:
+        """Deliveries are taken from the first moment: nothing to catch up with."""
+        return True, "webhook deliveries accepted"
 
     def close(self) -> None:
         """Cancel the pending checks (at shutdown)."""

@@ -11,9 +11,7 @@ counts the invalid ones, so one bad event never hides the rest of its page.
 
 from __future__ import annotations
 
-import email.utils
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -21,17 +19,16 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
+from exporter.sources.http import (
+    CredentialsUnavailable,
+    Expired,
+    NotFound,
+    TransportError,
+    error_for_status,
+    retry_after_header,
+    transport_error,
+)
 from exporter.sources.token import TokenError, TokenFile
-
-# Status codes the route is expected to answer with keep their number as the result label; any
-# other keeps only its class ("4xx", "5xx"), so the label stays bounded whatever a proxy sends.
-_KNOWN_STATUS = frozenset({200, 400, 401, 403, 404, 408, 410, 429, 500, 502, 503, 504})
-
-
-def status_result(status: int) -> str:
-    if status in _KNOWN_STATUS:
-        return str(status)
-    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
 
 
 @dataclass(frozen=True)
@@ -47,90 +44,12 @@ class Page:
     result: str = "200"
 
 
-class RouteError(Exception):
-    """A request that gave no page; `result` is its label value."""
-
-    result: str = "error"
-
-
-class CursorExpired(RouteError):
+class CursorExpired(Expired):
     """410: events after the cursor are gone; the log now starts at `oldest_seq`."""
-
-    result = "410"
 
     def __init__(self, oldest_seq: int) -> None:
         super().__init__(f"cursor expired, oldest retained seq is {oldest_seq}")
         self.oldest_seq = oldest_seq
-
-
-class RetryLater(RouteError):
-    """408, 429, 503 and other 5xx: try again, not before `retry_after` seconds when given."""
-
-    def __init__(self, status: int, retry_after: float | None) -> None:
-        super().__init__(f"HTTP {status}, retry after {retry_after}")
-        self.status = status
-        self.retry_after = retry_after
-        self.result = status_result(status)
-
-
-class UnknownWorkload(RouteError):
-    """404: the route does not know the workload (yet, or any more)."""
-
-    result = "404"
-
-
-class BadRequest(RouteError):
-    """400 or another 4xx: the request is wrong; retrying it unchanged will not help soon."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"HTTP {status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-        self.result = status_result(status)
-
-
-class Unauthorized(RouteError):
-    """401 or 403: the token is missing, wrong or expired."""
-
-    def __init__(self, status: int, message: str = "") -> None:
-        super().__init__(f"HTTP {status} {message}".rstrip())
-        self.status = status
-        self.result = status_result(status)
-
-
-class TokenUnavailable(RouteError):
-    """The configured token file gave no token; the request was not sent."""
-
-    result = "token"
-
-
-class TransportError(RouteError):
-    """No usable answer: `kind` is timeout, connection, truncated or invalid_body."""
-
-    def __init__(self, kind: str, detail: str = "") -> None:
-        super().__init__(f"{kind}: {detail}" if detail else kind)
-        self.kind = kind
-        self.result = kind
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds from now: delta-seconds or an HTTP-date; None when absent or bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive parse means no zone was given
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-        return max(0.0, seconds)
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _error_fields(body: Any) -> tuple[str, str]:
@@ -203,7 +122,7 @@ class RouteClient:
             try:
                 headers["Authorization"] = "Bearer " + self.token.get()
             except TokenError as e:
-                raise TokenUnavailable(str(e)) from e
+                raise CredentialsUnavailable(str(e), result="token") from e
         try:
             async with self.session.get(
                 url,
@@ -214,12 +133,8 @@ class RouteClient:
             ) as resp:
                 raw = await resp.read()
                 status, resp_headers = resp.status, resp.headers
-        except TimeoutError as e:
-            raise TransportError("timeout", f"no complete answer within {timeout:g}s") from e
-        except aiohttp.ClientPayloadError as e:
-            raise TransportError("truncated", str(e)) from e
-        except aiohttp.ClientError as e:
-            raise TransportError("connection", f"{e.__class__.__name__}: {e}") from e
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise transport_error(e, timeout) from e
         try:
             body = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError as e:
@@ -236,11 +151,7 @@ class RouteClient:
             if type(oldest) is not int or oldest < 1:
                 raise TransportError("invalid_body", "410 without an integer oldest_seq")
             raise CursorExpired(oldest)
-        if status in (408, 429) or status >= 500:
-            raise RetryLater(status, parse_retry_after(headers.get("Retry-After")))
-        if status == 404:
-            raise UnknownWorkload(message or code or "unknown workload")
-        if status in (401, 403):
-            raise Unauthorized(status, message)
-        raise BadRequest(status, code or f"http_{status}", message)
-
+        if status == 404:  # the route does not know the workload (yet, or any more)
+            raise NotFound(status, message or code or "unknown workload")
+        raise error_for_status(status, message=message, code=code or f"http_{status}",
+                               retry_after=retry_after_header(headers))

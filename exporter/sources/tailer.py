@@ -16,34 +16,30 @@ import contextlib
 import functools
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
-from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.complaints import Complaints
-from exporter.sources.route import (
-    BadRequest,
-    CursorExpired,
-    Page,
-    RetryLater,
-    RouteClient,
-    RouteError,
-    TokenUnavailable,
-    TransportError,
-    Unauthorized,
-    UnknownWorkload,
-)
+from exporter.sources.http import HttpError, Retry, Wording, retry_forever
+from exporter.sources.ports import RouteRecorder, WorkloadLogs
+from exporter.sources.route import CursorExpired, Page, RouteClient
 from exporter.sources.tasks import cancel
-from exporter.wiring.events import Pipeline
 
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[Any]]
-# Errors a person has to fix (or that wait for the platform): retried, but never fast.
-_NEEDS_ATTENTION = (UnknownWorkload, BadRequest, Unauthorized, TokenUnavailable)
+
+WORDING = Wording(
+    retry_later="events route asks to retry later",
+    failed="events route request failed",
+    unauthorized="events route refused the token",
+    no_credentials="no token to send: check the token file",
+    not_found="events route does not know the workload",
+    rejected="events route rejected the request",
+    recovered="events route recovered",
+)
 
 
 def _page_seqs(events: Iterable[Any]) -> list[int]:
@@ -64,7 +60,7 @@ class Tailer:
         client: RouteClient,
         workload: str,
         log: WorkloadLog,
-        metrics: RouteMetrics,
+        metrics: RouteRecorder,
         *,
         limit: int = 1000,
         wait: float = 30,
@@ -83,7 +79,6 @@ class Tailer:
         self.limit = limit
         self.wait = wait
         self.backoff = backoff if backoff is not None else Backoff()
-        self.attention_delay = attention_delay  # least pause after a 4xx or a token problem
         self.idle_delay = idle_delay  # pause after an empty page that came back early
         self.sleep = sleep
         self.clock = clock
@@ -91,9 +86,11 @@ class Tailer:
         self.start_head: int | None = None  # the route's head at the first page: the backlog
         self.caught_up = False
         self.last_success: float | None = None
-        self.results: Counter[str] = Counter()
-        self._complaints = Complaints(logging.getLogger(__name__), "events route recovered",
-                                      log_interval, workload=workload)
+        # Errors a person has to fix (a token, a 4xx, a workload the route does not know) wait at
+        # least `attention_delay` (the route may learn the workload later: still retried).
+        self.retry = Retry(logging.getLogger(__name__), WORDING, self.backoff,
+                           attention_delay=attention_delay, log_interval=log_interval,
+                           workload=workload)
         self._warned_behind = False
         self._task: asyncio.Task[None] | None = None
         # Where to start when the log is fresh (--start-from head): asked once, before polling.
@@ -126,7 +123,7 @@ class Tailer:
         self._wake.set()
 
     async def _pause(self, delay: float) -> None:
-        if self._complaints.count:
+        if self.retry.failing:
             await self.sleep(delay)
             return
         if self._urgent:
@@ -166,8 +163,8 @@ class Tailer:
                 raise
             except Exception as e:
                 delay = self.backoff.next()
-                self._complaints.failed(logging.WARNING, getattr(e, "result", "error"),
-                                        "cannot resolve the start cursor", delay, error=str(e))
+                self.retry.complain(logging.WARNING, getattr(e, "result", "error"),
+                                    "cannot resolve the start cursor", delay, error=str(e))
                 await self.sleep(delay)
         self.backoff.reset()
         wl = self.log
@@ -184,18 +181,9 @@ class Tailer:
             await self._start_at_cursor(start_cursor)
         log.info("tailing workload", extra={
             "workload": self.workload, "cursor": self.log.applied_through})
-        while True:
-            try:
-                delay = await self.poll()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                delay = self.backoff.next()
-                log.exception("tailer error, retrying", extra={
-                    "workload": self.workload, "cursor": self.log.applied_through,
-                    "retry_in": round(delay, 3)})
-            if delay > 0:
-                await self._pause(delay)
+        await retry_forever(self.poll, self._pause, self.backoff, log, "tailer error, retrying",
+                            lambda: {"workload": self.workload,
+                                     "cursor": self.log.applied_through})
 
     # -- one request -------------------------------------------------------------------------
 
@@ -220,44 +208,21 @@ class Tailer:
         except CursorExpired as e:
             self._count(e.result)
             return self._expired(after, e.oldest_seq)
-        except RetryLater as e:
+        except HttpError as e:  # every kind is counted and retried, each at its own pace
             self._count(e.result)
-            delay = self.backoff.next(retry_after=e.retry_after)
-            self._complaints.failed(logging.WARNING, e.result, "events route asks to retry later",
-                                    delay, cursor=after, retry_after=e.retry_after)
-            return delay
-        except TransportError as e:
-            self._count(e.result)
-            delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, e.result, "events route request failed",
-                                    delay, cursor=after, error=str(e))
-            return delay
-        except _NEEDS_ATTENTION as e:
-            self._count(e.result)
-            delay = self.backoff.next(floor=self.attention_delay)
-            self._complaints.failed(logging.ERROR, e.result, _attention_message(e), delay,
-                                    cursor=after, error=str(e))
-            return delay
-        except RouteError as e:  # a kind added to the adapter later: still counted and retried
-            self._count(e.result)
-            delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, e.result, "events route request failed",
-                                    delay, cursor=after, error=str(e))
-            return delay
+            return self.retry.failed(e, cursor=after)
         self._count(page.result)
         early = time.monotonic() - started < wait / 2
         return self._apply(after, page.events, page.head_seq, early)
 
     def _count(self, result: str) -> None:
-        self.results[result] += 1
         self.metrics.request(self.workload, result)
 
     def _succeeded(self, healthy: bool = True) -> None:
         self.last_success = self.clock()
         self.metrics.success(self.workload, self.last_success)
         if healthy:
-            self.backoff.reset()
-            self._complaints.recovered(cursor=self.log.applied_through)
+            self.retry.recovered(cursor=self.log.applied_through)
 
     def _apply(self, after: int, events: list[Any], head: int, early: bool) -> float:
         w, wl = self.workload, self.log
@@ -293,9 +258,8 @@ class Tailer:
             # The log holds newer events but the page is empty: the route misbehaves. Retrying at
             # once would spin; the stall shows as head_seq ahead of the applied seq.
             delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, "empty_page", "events route returned an "
-                                    "empty page behind its head", delay, cursor=after,
-                                    head_seq=head)
+            self.retry.complain(logging.WARNING, "empty_page", "events route returned an empty "
+                                "page behind its head", delay, cursor=after, head_seq=head)
             return delay
         # Nothing new. A long poll that came back early (a route ignoring `wait`) would spin.
         return self.idle_delay if early else 0.0
@@ -312,19 +276,9 @@ class Tailer:
             return 0.0
         # 410 although the cursor is inside what the route retains: retrying at once would spin.
         delay = self.backoff.next()
-        self._complaints.failed(logging.WARNING, "410", "events route expired a retained cursor",
-                                delay, cursor=after, oldest_seq=oldest_seq)
+        self.retry.complain(logging.WARNING, "410", "events route expired a retained cursor",
+                            delay, cursor=after, oldest_seq=oldest_seq)
         return delay
-
-
-def _attention_message(e: RouteError) -> str:
-    if isinstance(e, UnknownWorkload):
-        return "events route does not know the workload"
-    if isinstance(e, Unauthorized):
-        return "events route refused the token"
-    if isinstance(e, TokenUnavailable):
-        return "no token to send: check the token file"
-    return "events route rejected the request"
 
 
 class TailSupervisor:
@@ -334,8 +288,8 @@ class TailSupervisor:
     def __init__(
         self,
         client: RouteClient,
-        pipeline: Pipeline,
-        metrics: RouteMetrics,
+        pipeline: WorkloadLogs,
+        metrics: RouteRecorder,
         workloads: list[str] | None = None,
         discovery_interval: float = 60.0,
         *,
@@ -421,7 +375,7 @@ class TailSupervisor:
         """List the route's workloads and match the tailers to them; False when listing failed."""
         try:
             refs = await self.client.workloads()
-        except RouteError as e:
+        except HttpError as e:
             self.metrics.discovery("error")
             self._complaints.failed(logging.WARNING, e.result, "workload discovery failed",
                                     0.0, error=str(e))
@@ -434,21 +388,19 @@ class TailSupervisor:
 
     async def _discover_loop(self) -> None:
         backoff = self.backoff_factory()
-        while True:
+
+        async def step() -> float:
             try:
                 ok = await self.discover_once()
-            except asyncio.CancelledError:
-                raise
             except Exception:
-                self.metrics.discovery("error")
-                log.exception("workload discovery error")
-                ok = False
+                self.metrics.discovery("error")  # a bug: logged (with its traceback) below
+                raise
             if ok:
                 backoff.reset()
-                delay = self.discovery_interval
-            else:
-                delay = min(self.discovery_interval, backoff.next())
-            await asyncio.sleep(delay)
+                return self.discovery_interval
+            return min(self.discovery_interval, backoff.next())
+
+        await retry_forever(step, asyncio.sleep, backoff, log, "workload discovery error", dict)
 
     async def _sync(self, wanted: list[str]) -> None:
         wanted = [w for w in wanted if self.owns(w)]

@@ -36,7 +36,6 @@ class TokenFile:
         self._key: _Key | None = None
         self._token = ""
         self._problem: str | None = None
-        self.reads = 0  # successful reads, for tests and debugging
 
     def get(self) -> str:
         """The current token; re-reads the file when it changed since the last read."""
@@ -53,7 +52,6 @@ class TokenFile:
             self._fail("token file is empty")
         self._key = key
         self._token = token
-        self.reads += 1
         if self._problem is not None:
             log.info("token file readable again", extra={"token_file": str(self.path)})
             self._problem = None

@@ -32,8 +32,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.intake import Intake
+from exporter.sources.ports import WebhookRecorder
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class SecretFiles:
     """Accepted webhook secrets, from files re-read when they change (stat per call)."""
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]],
-                 metrics: WebhookMetrics | None = None) -> None:
+                 metrics: WebhookRecorder | None = None) -> None:
         self.paths = [Path(p) for p in paths]
         self.metrics = metrics
         self._cache: dict[Path, tuple[_Key, list[bytes]]] = {}
@@ -155,7 +155,7 @@ class WebhookReceiver:
         self,
         intake: Intake,
         secrets: SecretFiles,
-        metrics: WebhookMetrics,
+        metrics: WebhookRecorder,
         *,
         tolerance_s: float = 300,
         max_body: int = MIB,

@@ -76,11 +76,6 @@ class NamespaceHandler:
             if own:
                 self.decoded[1].inc(own)
 
-    def replace(self, objects: list[Any], now: float) -> None:
-        mine = [o for o in objects if self._mine(o)]
-        self._count(len(objects) - len(mine), len(mine))
-        self.model.replace(mine, now, self.namespace)
-
     def list_page(self, objects: list[Any], now: float) -> list[Key]:
         """One page of a (re)list, applied as it arrives (see Reflector); returns the keys of
         its objects, the model's own tuples (the reflector would otherwise make its own)."""

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import Series
-from exporter.vocabulary import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES
+from exporter.vocabulary import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES, scope_label
 
-ALL_NAMESPACES = "*"
-
-
-def scope_label(namespace: str | None) -> str:
-    return namespace or ALL_NAMESPACES
+__all__ = ["KubeMetrics", "scope_label"]
 
 
 class KubeMetrics:

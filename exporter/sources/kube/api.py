@@ -1,7 +1,7 @@
 """LIST and WATCH requests for one resource: the only module that knows the API server's HTTP shape.
 
-Callers get decoded pages and events, or exceptions that say what to do next, each with a short
-bounded `result` label (the HTTP status as `status_result` bounds it, or a transport kind).
+Callers get decoded pages and events, or `sources.http` errors that say what to do next, each with
+a short bounded `result` label (the HTTP status as `status_result` bounds it, or a transport kind).
 
 A watch is read as raw chunks split on newlines by hand: a line may span chunks, and a stream
 that ends inside a line was cut, so the fragment is an error, never an event. Each line is one
@@ -21,9 +21,16 @@ import aiohttp
 import msgspec
 import orjson
 
+from exporter.sources.http import (
+    CredentialsUnavailable,
+    HttpError,
+    TransportError,
+    error_for_status,
+    retry_after_header,
+    transport_error,
+)
 from exporter.sources.kube.config import CredentialsError, KubeAccess
 from exporter.sources.kube.typed import decode_event, decode_list
-from exporter.sources.route import parse_retry_after, status_result
 
 
 @dataclass(frozen=True)
@@ -81,94 +88,19 @@ def gc_paused() -> Iterator[None]:
         gc_release()
 
 
-class KubeError(Exception):
-    """A request or stream that gave nothing usable; `result` is its label value."""
-
-    result: str = "error"
-
-
-class Expired(KubeError):
-    """410 (an answer or a watch ERROR event): the resourceVersion or continue token is too old."""
-
-    result = "410"
-
-
-class RetryLater(KubeError):
-    """408, 429 and 5xx: try again, not before `retry_after` seconds when given."""
-
-    def __init__(self, status: int, retry_after: float | None, message: str = "") -> None:
-        super().__init__(f"HTTP {status} {message}".rstrip() + f", retry after {retry_after}")
-        self.status = status
-        self.retry_after = retry_after
-        self.result = status_result(status)
-
-
-class Unauthorized(KubeError):
-    """401 or 403: credentials missing, wrong, expired, or lacking list/watch rights."""
-
-    def __init__(self, status: int, message: str = "") -> None:
-        super().__init__(f"HTTP {status} {message}".rstrip())
-        self.status = status
-        self.result = status_result(status)
-
-
-class Rejected(KubeError):
-    """Another 4xx (e.g. 400 bad label selector, 404 CRD not installed): retrying unchanged will
-    not help soon."""
-
-    def __init__(self, status: int, message: str = "") -> None:
-        super().__init__(f"HTTP {status} {message}".rstrip())
-        self.status = status
-        self.result = status_result(status)
-
-
-class NotFound(Rejected):
-    """404 on a LIST or WATCH: the API server does not serve the resource (its CRD is not
-    installed, or was deleted). Not a person's fault to fix at once: a CRD may come later."""
-
-
-class CredentialsUnavailable(KubeError):
-    """No credentials to send; the request was not sent."""
-
-    result = "credentials"
-
-
-class TransportError(KubeError):
-    """No usable answer: `kind` is timeout, connection, truncated or invalid_body."""
-
-    def __init__(self, kind: str, detail: str = "") -> None:
-        super().__init__(f"{kind}: {detail}" if detail else kind)
-        self.kind = kind
-        self.result = kind
-
-
-def _status_error(code: int, body: Any, headers: Mapping[str, str] | None) -> KubeError:
-    """The exception for a failed answer or a watch ERROR event (a `Status` object)."""
+def _status_error(code: int, body: Any, headers: Mapping[str, str] | None) -> HttpError:
+    """The error for a failed answer or a watch ERROR event (a `Status` object)."""
     message = body.get("message") if type(body) is dict else None
     message = message if type(message) is str else ""
+    retry_after = retry_after_header(headers)
+    if retry_after is None and type(body) is dict:
+        details = body.get("details")
+        ra = details.get("retryAfterSeconds") if type(details) is dict else None
+        if type(ra) is int and ra > 0:
+            retry_after = float(ra)
     if code == 410:
-        return Expired(message or "resource version expired")
-    if code in (408, 429) or code >= 500:
-        retry_after = parse_retry_after(headers.get("Retry-After")) if headers else None
-        if retry_after is None and type(body) is dict:
-            details = body.get("details")
-            ra = details.get("retryAfterSeconds") if type(details) is dict else None
-            if type(ra) is int and ra > 0:
-                retry_after = float(ra)
-        return RetryLater(code, retry_after, message)
-    if code in (401, 403):
-        return Unauthorized(code, message)
-    if code == 404:
-        return NotFound(code, message)
-    return Rejected(code, message)
-
-
-def _transport(e: BaseException) -> TransportError:
-    if isinstance(e, TimeoutError):
-        return TransportError("timeout", str(e) or "no answer in time")
-    if isinstance(e, aiohttp.ClientPayloadError):
-        return TransportError("truncated", str(e))
-    return TransportError("connection", f"{e.__class__.__name__}: {e}")
+        message = message or "resource version expired"
+    return error_for_status(code, message=message, retry_after=retry_after)
 
 
 class WatchStream:
@@ -194,7 +126,7 @@ class WatchStream:
                     if line.strip():
                         yield decode(line)
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise _transport(e) from e
+            raise transport_error(e) from e
         if buf.strip():
             raise TransportError("truncated", f"stream ended inside a line ({len(buf)} bytes)")
 
@@ -276,7 +208,7 @@ class KubeApi:
                 raw = await resp.read()
                 status, headers = resp.status, resp.headers
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise _transport(e) from e
+            raise transport_error(e) from e
         if status == 200 and self.typed and raw:
             with gc_paused():
                 try:
@@ -351,7 +283,7 @@ class KubeApi:
                     raise _status_error(resp.status, body, resp.headers)
                 yield WatchStream(resp, self.typed)
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise _transport(e) from e
+            raise transport_error(e) from e
 
     @contextlib.asynccontextmanager
     async def _get(
@@ -360,7 +292,7 @@ class KubeApi:
         try:
             headers = await self.access.auth.headers()
         except CredentialsError as e:
-            raise CredentialsUnavailable(str(e)) from e
+            raise CredentialsUnavailable(str(e), result="credentials") from e
         headers["Accept"] = "application/json"
         async with self.session.get(
             self.url(namespace),

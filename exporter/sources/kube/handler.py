@@ -1,14 +1,16 @@
-"""What a reflector delivers to, and the smallest thing that can receive it.
+"""What a reflector delivers to, and how it names the objects it delivers.
 
 The reflector reads the wall clock and passes it along, so a handler (the model downstream) stays
-pure. `replace` carries the whole set after every (re)list: the handler, not the reflector,
-reconciles by dropping whatever is absent, so objects deleted while the watch was down leave.
-A handler receives one reflector's scope: with one reflector per namespace, give each its own
-handler (or one whose `replace` only reconciles that namespace).
+pure. A LIST is handed over page by page as it arrives (`list_page`: 100k objects are never all
+held decoded), then `list_done` names every object the list held: the handler, not the
+reflector, reconciles by dropping whatever is absent, so objects deleted while the watch was down
+leave. A handler receives one reflector's scope: with one reflector per namespace, give each its
+own handler (or one whose `list_done` only reconciles that namespace).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from exporter.model.signal import UnitSignal
@@ -17,15 +19,23 @@ Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped o
 
 
 class ObjectHandler(Protocol):
-    def replace(self, objects: list[dict[str, Any]], now: float) -> None:
-        """A full (re)list: the whole set of objects in scope."""
+    """Every call a reflector makes. Objects are decoded dicts, or `typed.UnitSignal`s when the
+    API client decodes typed."""
+
+    def list_page(self, objects: list[Any], now: float) -> Iterable[Key] | None:
+        """A slice of a (re)list's items, in order. Returns the keys of the objects it took;
+        None when it does not say, and the reflector works them out with `object_key`."""
         ...
 
-    def upsert(self, obj: dict[str, Any], now: float) -> None:
+    def list_done(self, listed: set[Key], now: float) -> None:
+        """The (re)list is complete: `listed` is every object in scope; the rest are gone."""
+        ...
+
+    def upsert(self, obj: Any, now: float) -> None:
         """A watch ADDED or MODIFIED: the object's new state."""
         ...
 
-    def delete(self, obj: dict[str, Any], now: float) -> None:
+    def delete(self, obj: Any, now: float) -> None:
         """A watch DELETED: the object's last state."""
         ...
 
@@ -51,40 +61,3 @@ def resource_version(obj: Any) -> str | None:
     meta = obj.get("metadata") if type(obj) is dict else None
     rv = meta.get("resourceVersion") if type(meta) is dict else None
     return rv if type(rv) is str and rv else None
-
-
-class Store:
-    """Objects by (namespace, name), with counts of the calls that built it (for tests)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[Key, dict[str, Any]] = {}
-        self.calls: dict[str, int] = {"replace": 0, "upsert": 0, "delete": 0}
-        self.last_now: float | None = None
-
-    def replace(self, objects: list[dict[str, Any]], now: float) -> None:
-        self.calls["replace"] += 1
-        self.last_now = now
-        fresh = {}
-        for obj in objects:
-            key = object_key(obj)
-            if key is not None:
-                fresh[key] = obj
-        self.objects = fresh
-
-    def upsert(self, obj: dict[str, Any], now: float) -> None:
-        self.calls["upsert"] += 1
-        self.last_now = now
-        key = object_key(obj)
-        if key is not None:
-            self.objects[key] = obj
-
-    def delete(self, obj: dict[str, Any], now: float) -> None:
-        self.calls["delete"] += 1
-        self.last_now = now
-        key = object_key(obj)
-        if key is not None:
-            self.objects.pop(key, None)
-
-    def versions(self) -> dict[Key, str | None]:
-        """Each object's resourceVersion: what tests compare with the server's state."""
-        return {k: resource_version(o) for k, o in self.objects.items()}

@@ -3,12 +3,13 @@
 Informer semantics on a plain aiohttp loop (the official clients' watch helpers were ~5x slower,
 decoded custom objects twice and retried a 410 with the same stale resourceVersion):
 
-- a paginated LIST gives the whole set and a resourceVersion; the handler gets `replace`;
+- a paginated LIST gives the whole set and a resourceVersion; the handler gets it page by page
+  (`list_page`), then the keys of the whole set (`list_done`);
 - a WATCH from that resourceVersion (with bookmarks) gives every change after it; every event and
   bookmark advances the resourceVersion, so a watch that ends, drops or times out is resumed
   from the last one seen and replays nothing (no ADDED storm, no relist);
 - only a 410 (the resourceVersion was compacted away) or a watch refused outright forces a new
-  LIST, and `replace` lets the handler drop what was deleted meanwhile;
+  LIST, and `list_done` lets the handler drop what was deleted meanwhile;
 - a watch is never opened without a resourceVersion (that would replay every object as ADDED).
 
 Errors never end a reflector: each is counted, logged (rate-limited) and retried after a
@@ -23,30 +24,27 @@ import gc
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from exporter.sinks.metrics.kube import KubeMetrics, scope_label
 from exporter.sources.backoff import Backoff
-from exporter.sources.complaints import Complaints
-from exporter.sources.kube.api import (
-    CredentialsUnavailable,
+from exporter.sources.http import (
+    NEEDS_ATTENTION,
     Expired,
-    KubeApi,
-    KubeError,
-    ListPage,
+    HttpError,
     NotFound,
     Rejected,
-    RetryLater,
-    Unauthorized,
-    gc_hold,
-    gc_release,
+    Retry,
+    Wording,
+    retry_forever,
 )
-from exporter.sources.kube.handler import Key, ObjectHandler, Store, object_key, resource_version
+from exporter.sources.kube.api import KubeApi, ListPage, gc_hold, gc_release
+from exporter.sources.kube.handler import Key, ObjectHandler, object_key, resource_version
+from exporter.sources.ports import KubeRecorder
 from exporter.sources.tasks import cancel
+from exporter.vocabulary import scope_label
 
-__all__ = ["KubeSource", "ObjectHandler", "Reflector", "Store"]
+__all__ = ["KubeSource", "ObjectHandler", "Reflector"]
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +58,21 @@ def _retrieved(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 Sleep = Callable[[float], Awaitable[Any]]
-# Errors a person has to fix (RBAC, a token, a missing CRD): retried, but never fast.
-_NEEDS_ATTENTION = (Unauthorized, CredentialsUnavailable, Rejected)
 
-
-class _NullMetrics:
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *a, **k: None
+NOT_SERVED = ("the API server does not serve unitsignals.units.zaroz.cloud/v1 (HTTP 404): is the "
+              "UnitSignal CRD installed?")
+WORDING = Wording(
+    retry_later="kubernetes API asks to retry later",
+    failed="kubernetes API request failed",
+    unauthorized=("kubernetes API refused the credentials (needs get, list, watch on "
+                  "unitsignals.units.zaroz.cloud)"),
+    no_credentials="no kubernetes credentials to send",
+    # Usually a CRD not installed yet (or deleted): polled with the usual backoff, so its
+    # objects appear within one backoff of it being installed.
+    not_found=NOT_SERVED,
+    rejected="kubernetes API rejected the request",
+    recovered="kubernetes API recovered",
+)
 
 
 class Reflector:
@@ -76,7 +82,7 @@ class Reflector:
         self,
         api: KubeApi,
         handler: ObjectHandler,
-        metrics: KubeMetrics | None = None,
+        metrics: KubeRecorder,
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -95,7 +101,7 @@ class Reflector:
     ) -> None:
         self.api = api
         self.handler = handler
-        self.metrics: Any = metrics if metrics is not None else _NullMetrics()
+        self.metrics = metrics
         self.namespace = namespace or None
         self.scope = scope_label(self.namespace)
         self.label_selector = label_selector or None
@@ -105,7 +111,6 @@ class Reflector:
         self.watch_margin = watch_margin
         self.idle_timeout = idle_timeout
         self.backoff = backoff if backoff is not None else Backoff()
-        self.attention_delay = attention_delay
         self.min_watch_duration = min_watch_duration
         self.sleep = sleep
         self.clock = clock
@@ -115,19 +120,16 @@ class Reflector:
         self.last_error: str | None = None  # why the reflector is not in step, for /readyz
         self.resource_version: str | None = None  # None: a LIST is due
         self.keys: set[Key] = set()
-        self.requests: Counter[str] = Counter()  # "list:200", "watch:410", ... for tests
-        self.relists: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
         self._relist_reason: str | None = "initial"
-        self._pages: list[Any] = []  # items of a LIST in progress (handlers without list_page)
-        self._listed: set[Any] = set()  # keys of a LIST in progress (handlers with list_page)
-        self._paged = hasattr(handler, "list_page") and hasattr(handler, "list_done")
+        self._listed: set[Key] = set()  # keys of the LIST in progress
         self._list_rv: str | None = None
         self._continue: str | None = None
         self._expired_streak = 0
         self._ahead: tuple[str, asyncio.Future[ListPage]] | None = None  # next page, asked for
-        self._complaints = Complaints(log, "kubernetes API recovered", log_interval,
-                                      scope=self.scope)
+        # A first 401 made the credentials reload (an expired exec token): retried soon.
+        self.retry = Retry(log, WORDING, self.backoff, attention_delay=attention_delay,
+                           log_interval=log_interval, not_found_waits=False,
+                           retry_first_401=True, scope=self.scope)
         self._task: asyncio.Task[None] | None = None
         self._gc_held = False
 
@@ -149,17 +151,8 @@ class Reflector:
         self.metrics.synced(self.scope, self.synced)
         log.info("watching unitsignals", extra={
             "scope": self.scope, "label_selector": self.label_selector or ""})
-        while True:
-            try:
-                delay = await self.step()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                delay = self.backoff.next()
-                log.exception("reflector error, retrying", extra={
-                    "scope": self.scope, "retry_in": round(delay, 3)})
-            if delay > 0:
-                await self.sleep(delay)
+        await retry_forever(self.step, self.sleep, self.backoff, log,
+                            "reflector error, retrying", lambda: {"scope": self.scope})
 
     async def step(self) -> float:
         """One LIST page or one watch; returns the pause before the next step."""
@@ -198,7 +191,6 @@ class Reflector:
         Called by step(), with the cyclic collector paused."""
         if self._relist_reason is not None:
             reason, self._relist_reason = self._relist_reason, None
-            self.relists[reason] += 1
             self.metrics.relist(self.scope, reason)
             log.log(logging.INFO if reason == "initial" else logging.WARNING, "listing", extra={
                 "scope": self.scope, "reason": reason})
@@ -222,9 +214,9 @@ class Reflector:
             self._restart_list()
             self._not_served()
             return self._delay_for(e, "list")
-        except KubeError as e:
+        except HttpError as e:
             self._failed("list", e, request=True)
-            if isinstance(e, _NEEDS_ATTENTION):
+            if isinstance(e, NEEDS_ATTENTION):
                 # Whatever caused it may change what the list holds: start the list over.
                 self._restart_list()
             return self._delay_for(e, "list")  # a transient error retries the same page
@@ -239,24 +231,18 @@ class Reflector:
             task.add_done_callback(_retrieved)
             self._ahead = (page.continue_token, task)
             await asyncio.sleep(0)  # the request goes out now, not after the first slice
-        if self._paged:
-            # Applied as it arrives and dropped: 100k objects are never all held decoded; in
-            # slices, so the request ahead goes out and other tasks run in between.
-            items, now = page.items, self.clock()
-            for i in range(0, len(items), _SLICE):
-                self._deliver_page(items[i:i + _SLICE], now)
-                await asyncio.sleep(0)
-        else:
-            self._pages.extend(page.items)
+        # Applied as it arrives and dropped: 100k objects are never all held decoded; in
+        # slices, so the request ahead goes out and other tasks run in between.
+        items, now = page.items, self.clock()
+        for i in range(0, len(items), _SLICE):
+            self._deliver_page(items[i:i + _SLICE], now)
+            await asyncio.sleep(0)
         if page.continue_token is not None:
             return 0.0
-        items, rv = self._pages, self._list_rv or page.resource_version
-        listed = self._listed
+        rv, listed = self._list_rv or page.resource_version, self._listed
         self._restart_list()
-        if self._paged:
-            self._list_done(listed, rv)
-        else:
-            self._replace(items, rv)
+        self._deliver(self.handler.list_done, listed, self.clock())
+        self._synced_at(listed, rv)
         # What a full list leaves behind lives as long as the objects do: keep the cyclic
         # collector from walking it again on every full collection.
         gc.freeze()
@@ -270,20 +256,9 @@ class Reflector:
         if self._ahead is not None:
             self._ahead[1].cancel()
             self._ahead = None
-        self._pages = []
         self._listed = set()
         self._continue = None
         self._list_rv = None
-
-    def _list_done(self, listed: set[Any], rv: str) -> None:
-        self._deliver("list_done", listed, self.clock())
-        self._synced_at(listed, rv)
-
-    def _replace(self, items: list[Any], rv: str) -> None:
-        now = self.clock()
-        keys = {k for k in map(object_key, items) if k is not None}
-        self._deliver("replace", items, now)
-        self._synced_at(keys, rv)
 
     def _not_served(self) -> None:
         """A LIST answered 404: the resource (the CRD) is gone or not there yet, so are all its
@@ -293,22 +268,17 @@ class Reflector:
         if self.absent:
             return
         self.absent = True
-        now = self.clock()
-        if self._paged:
-            self._deliver("list_done", set(), now)
-        else:
-            self._deliver("replace", [], now)
+        self._deliver(self.handler.list_done, set(), self.clock())
         self.keys = set()
         self.metrics.objects(self.scope, 0)
 
-    def _synced_at(self, keys: set[Any], rv: str) -> None:
+    def _synced_at(self, keys: set[Key], rv: str) -> None:
         self.absent = False
         self.last_error = None
         self.keys = keys
         self.resource_version = rv
         self.metrics.objects(self.scope, len(self.keys))
-        self.backoff.reset()
-        self._complaints.recovered(resource_version=rv)
+        self.retry.recovered(resource_version=rv)
         if not self.synced:
             self.synced = True
             self.metrics.synced(self.scope, True)
@@ -352,15 +322,15 @@ class Reflector:
             self._failed("watch", e, request=not opened)
             self._relist("error")
             return self._delay_for(e, "watch")
-        except KubeError as e:
+        except HttpError as e:
             # Dropped, cut, timed out, refused for now: resume from the last version seen.
             self._failed("watch", e, request=not opened)
             return self._delay_for(e, "watch")
         if events == 0 and time.monotonic() - started < self.min_watch_duration:
             # The server ends watches at once: resuming at once would spin.
             delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, "empty", "watch ended at once without "
-                                    "events", delay, resource_version=self.resource_version)
+            self.retry.complain(logging.WARNING, "empty", "watch ended at once without events",
+                                delay, resource_version=self.resource_version)
             return delay
         return 0.0
 
@@ -371,8 +341,7 @@ class Reflector:
         self.metrics.event(self.scope, type_, now)
         if self._expired_streak or self.backoff.failures:
             self._expired_streak = 0
-            self.backoff.reset()
-            self._complaints.recovered(resource_version=self.resource_version)
+            self.retry.recovered(resource_version=self.resource_version)
         keys = self.keys
         n = len(keys)
         if type_ == "MODIFIED" or type_ == "ADDED":
@@ -387,7 +356,7 @@ class Reflector:
             key = object_key(obj)
             if key is not None:
                 keys.discard(key)
-            self._deliver("delete", obj, now)
+            self._deliver(self.handler.delete, obj, now)
         elif type_ != "BOOKMARK":
             return  # a type this reflector does not know: its version is not trusted either
         rv = resource_version(obj)
@@ -400,88 +369,52 @@ class Reflector:
         """A slice of a LIST page to a paged handler. The keys it returns (object_key's, of the
         objects it took) are the list's; they are worked out here only when it returns none
         or fails (measured: 0.1 s of a 100k-object sync to compute them twice)."""
-        keys = self._deliver("list_page", items, now)
+        keys = self._deliver(self.handler.list_page, items, now)
         if keys is None:
             keys = [k for k in map(object_key, items) if k is not None]
         self._listed.update(keys)
 
-    def _deliver(self, call: str, arg: Any, now: float) -> Any:
+    def _deliver(self, call: Callable[[Any, float], Any], arg: Any, now: float) -> Any:
         """A handler bug must not stall the reflector (the same event would fail forever):
         the call's result, or None when it failed."""
         try:
-            return getattr(self.handler, call)(arg, now)
+            return call(arg, now)
         except Exception:
-            self._failed_call(call)
+            self._failed_call(call.__name__)
             return None
 
     def _failed_call(self, call: str) -> None:
         """Within an `except`: the handler's exception is logged with its traceback."""
-        self.failures["handler"] += 1
         log.exception("unitsignal handler failed", extra={"scope": self.scope, "call": call})
 
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _count(self, verb: str, result: str) -> None:
-        self.requests[f"{verb}:{result}"] += 1
         self.metrics.request(self.scope, verb, result)
 
-    def _failed(self, verb: str, e: KubeError, request: bool) -> None:
+    def _failed(self, verb: str, e: HttpError, request: bool) -> None:
         """`request`: the failure is the request's outcome (not an open stream breaking)."""
         if request:
             self._count(verb, e.result)
         self.last_error = f"{verb}: {e}"
-        self.failures[f"{verb}:{e.result}"] += 1
         self.metrics.failure(self.scope, verb, e.result)
 
-    def _delay_for(self, e: KubeError, verb: str) -> float:
-        fields = {"verb": verb, "error": str(e), "resource_version": self.resource_version}
-        if isinstance(e, RetryLater):
-            delay = self.backoff.next(retry_after=e.retry_after)
-            self._complaints.failed(logging.WARNING, e.result, "kubernetes API asks to retry "
-                                    "later", delay, retry_after=e.retry_after, **fields)
-        elif isinstance(e, NotFound):
-            # Usually a CRD not installed yet (or deleted): polled with the usual backoff, so
-            # its objects appear within one backoff of it being installed.
-            delay = self.backoff.next()
-            self._complaints.failed(logging.ERROR, e.result, NOT_SERVED, delay, **fields)
-        elif isinstance(e, _NEEDS_ATTENTION):
-            # A first 401 made the credentials reload (an expired exec token): retry soon.
-            fresh = isinstance(e, Unauthorized) and e.status == 401 and not self._complaints.count
-            delay = self.backoff.next(floor=0.0 if fresh else self.attention_delay)
-            self._complaints.failed(logging.ERROR, e.result, _attention_message(e), delay,
-                                    **fields)
-        else:
-            delay = self.backoff.next()
-            self._complaints.failed(logging.WARNING, e.result, "kubernetes API request failed",
-                                    delay, **fields)
-        return delay
-
-
-NOT_SERVED = ("the API server does not serve unitsignals.units.zaroz.cloud/v1 (HTTP 404): is the "
-              "UnitSignal CRD installed?")
-
-
-def _attention_message(e: KubeError) -> str:
-    if isinstance(e, Unauthorized):
-        return ("kubernetes API refused the credentials (needs get, list, watch on "
-                "unitsignals.units.zaroz.cloud)")
-    if isinstance(e, CredentialsUnavailable):
-        return "no kubernetes credentials to send"
-    return "kubernetes API rejected the request"
+    def _delay_for(self, e: HttpError, verb: str) -> float:
+        return self.retry.failed(e, verb=verb, resource_version=self.resource_version)
 
 
 class KubeSource:
     """One reflector per namespace when namespaces are given, else one cluster-wide.
 
     `handler_for(namespace)` gives each reflector its handler (namespace None: cluster-wide),
-    since a handler's `replace` reconciles one reflector's whole scope.
+    since a handler's `list_done` reconciles one reflector's whole scope.
     """
 
     def __init__(
         self,
         api: KubeApi,
         handler_for: Callable[[str | None], ObjectHandler],
-        metrics: KubeMetrics | None = None,
+        metrics: KubeRecorder,
         *,
         namespaces: Sequence[str] | None = None,
         label_selector: str | None = None,
@@ -495,7 +428,7 @@ class KubeSource:
             for ns in scopes
         ]
 
-    def start(self) -> None:
+    async def start(self) -> None:
         for r in self.reflectors:
             r.start()
 
