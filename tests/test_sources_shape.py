@@ -1,12 +1,12 @@
-"""The sources' shape: they import nothing above them and nothing from the sinks; what they need
-from the layers beside them is a protocol (sources.ports) that the real classes satisfy."""
+"""The sources' shape: what they need from the layers beside them is a protocol (sources.ports)
+that the real classes satisfy (that they import nothing above them nor from the sinks is
+tests/test_layers.py's)."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,41 +23,6 @@ from exporter.sources.tailer import TailSupervisor
 from exporter.vocabulary import DELIVERY_APPLIED, DELIVERY_REFUSALS, DELIVERY_RESULTS
 from exporter.wiring.events import Pipeline
 from exporter.wiring.unitsignals import NamespaceHandler
-
-SOURCES = Path(__file__).resolve().parent.parent / "exporter" / "sources"
-# What the sources may import from the exporter: the layers below them, and themselves.
-BELOW = ("exporter.vocabulary", "exporter.timestamps", "exporter.contract", "exporter.model",
-         "exporter.catalog", "exporter.sources")
-
-
-def imports(path: Path) -> list[tuple[str, bool]]:
-    """(module, under `if TYPE_CHECKING`) of every import in a file."""
-    tree = ast.parse(path.read_text())
-    guarded: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            guarded.update(id(n) for n in ast.walk(node))
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            out.append((node.module, id(node) in guarded))
-        elif isinstance(node, ast.Import):
-            out.extend((a.name, id(node) in guarded) for a in node.names)
-    return out
-
-
-def test_sources_import_only_what_is_below_them():
-    files = sorted(SOURCES.rglob("*.py"))
-    assert len(files) > 10
-    upward = []
-    for f in files:
-        for module, guarded in imports(f):
-            if guarded:
-                upward.append(f"{f.relative_to(SOURCES)}: {module} (TYPE_CHECKING)")
-            elif module.split(".")[0] in ("exporter", "zaroz_sim") and not any(
-                    module == b or module.startswith(b + ".") for b in BELOW):
-                upward.append(f"{f.relative_to(SOURCES)}: {module}")
-    assert upward == []
 
 
 def _methods(cls: type) -> dict[str, inspect.Signature]:
