@@ -48,14 +48,10 @@ def apply_files(pipeline: Pipeline, files: Iterable[Path | LogFile], workload: s
             explain.apply(log_file, log)
             pipeline.expire_workload(name, log.clock)
             continue
-        offer, reject = log.offer, log.reject_json
+        offer_many = log.offer_many
         n = 0
         for batch in read_batches(log_file):
-            for obj in batch:
-                if obj is NOT_JSON:
-                    reject()
-                else:
-                    offer(obj)
+            offer_many(batch, NOT_JSON)
             n += len(batch)
             if n >= EXPIRE_EVERY:
                 n = 0
