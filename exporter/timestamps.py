@@ -148,6 +148,13 @@ def _parse_slow(s: str) -> int:
     return base + int(frac) * _FRAC_SCALE[len(frac)]
 
 
+def _remember_sec(key: str, ns: int) -> int:
+    if len(_sec) >= _CACHE_MAX:
+        _sec.clear()
+    _sec[key] = ns
+    return ns
+
+
 def parse_rfc3339_ns(s: str) -> int:
     """Epoch nanoseconds of an RFC 3339 ``date-time``; ``ValueError`` if it is not one.
 
@@ -170,6 +177,13 @@ def parse_rfc3339_ns(s: str) -> int:
             sec = _S2.get(s[17:19]) if minute is not None else None
             return _parse_slow(s) if sec is None else minute + sec
         base = _sec.get(s[:20])  # a hit proves s[:20] is a valid "YYYY-MM-DDTHH:MM:SS."
+        if base is None and n >= 0 and s[19] == ".":
+            # A new second of a known minute: the minute's hit proves s[:17] valid, _S2 the
+            # seconds (":60", a leap second, takes the slow path).
+            minute = _min_utc.get(s[:17])
+            sec = _S2.get(s[17:19]) if minute is not None else None
+            if sec is not None:
+                base = _remember_sec(s[:20], minute + sec)  # type: ignore[operator]
     else:
         n = len(s) - 26
         if n == -1:
@@ -178,6 +192,12 @@ def parse_rfc3339_ns(s: str) -> int:
         # A hit also proves the offset valid. If len(s) < 26 the slices overlap and cannot form a
         # stored key: s[-6] would fall on a digit, ":" or "." instead of the offset's sign.
         base = _sec.get(s[:20] + s[-6:])
+        if base is None and n >= 0 and s[19] == ".":
+            # A new second of a known minute and offset (see the Z case above).
+            minute = _min_off.get(s[:17] + s[-6:])
+            sec = _S2.get(s[17:19]) if minute is not None else None
+            if sec is not None:
+                base = _remember_sec(s[:20] + s[-6:], minute + sec)  # type: ignore[operator]
     if base is None:
         return _parse_slow(s)
     try:  # _D3 holds ASCII digit triples only, so a lookup also validates

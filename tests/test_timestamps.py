@@ -265,3 +265,39 @@ def test_whole_seconds_of_a_known_minute_take_the_fast_path_correctly() -> None:
     for bad in ("2026-03-01T12:34:6xZ", "2026-03-01T12:34:61Z", "2026-03-01T12:34:-1Z"):
         with pytest.raises(ValueError):
             parse_rfc3339_ns(bad)
+
+
+def _cold(text: str) -> int:
+    """The slow path's answer, every memo cleared first."""
+    for cache in (timestamps._sec, timestamps._whole, timestamps._min_utc, timestamps._min_off):
+        cache.clear()
+    return parse_rfc3339_ns(text)
+
+
+@pytest.mark.parametrize("tail", ["Z", "z", "+01:00", "-05:30"])
+def test_fractional_new_seconds_of_a_known_minute_take_the_fast_path_correctly(tail) -> None:
+    """A new second with a fraction, in a minute (and offset) already parsed: the minute's memo
+    and a table lookup of the seconds, with the same results and rejections as the slow path."""
+    parse_rfc3339_ns(f"2026-03-01T12:34:56.5{tail}")  # primes the minute
+    for sec in ("00", "07", "59"):
+        for frac in ("1", "123", "123456", "123456789", "1234567891"):
+            text = f"2026-03-01T12:34:{sec}.{frac}{tail}"
+            fast = parse_rfc3339_ns(text)
+            assert fast == _cold(text), text
+            parse_rfc3339_ns(f"2026-03-01T12:34:56.5{tail}")
+    for bad in ("6x", "61", "60", "-1", "٠١"):
+        parse_rfc3339_ns(f"2026-03-01T12:34:56.5{tail}")
+        with pytest.raises(ValueError):
+            parse_rfc3339_ns(f"2026-03-01T12:34:{bad}.5{tail}")
+    for bad_frac in ("", "5x", "١", "12x456"):
+        parse_rfc3339_ns(f"2026-03-01T12:34:56.5{tail}")
+        with pytest.raises(ValueError):
+            parse_rfc3339_ns(f"2026-03-01T12:34:07.{bad_frac}{tail}")
+
+
+def test_a_leap_second_with_a_fraction_after_its_minute_was_memoised() -> None:
+    parse_rfc3339_ns("2026-12-31T23:59:58.5Z")
+    assert parse_rfc3339_ns("2026-12-31T23:59:60.5Z") == _cold("2027-01-01T00:00:00.5Z")
+    parse_rfc3339_ns("2026-12-31T12:59:58.5Z")
+    with pytest.raises(ValueError):
+        parse_rfc3339_ns("2026-12-31T12:59:60.5Z")
