@@ -25,13 +25,14 @@ from pathlib import Path
 import orjson
 
 from bench._common import OUT, child_env, header, interleaved, spread, table, timed
-from exporter.commands.replay import apply_files
+from exporter.commands.replay import EXPIRE_EVERY, apply_files
 from exporter.contract import is_valid_event
+from exporter.sources.files import NOT_JSON, LogFile, read_batches, workload_of
 from exporter.wiring.events import Pipeline
 from zaroz_sim.scenario import SimConfig, Simulator
 
 NS = 1_000_000_000
-TARGET_RATIO = 2.0
+TARGET_RATIO = 1.3  # issue 14 (it was 2)
 # Modules replay must not import: the server, the tailer, the simulator, the python validator.
 HEAVY = ("aiohttp", "exporter.web.app", "exporter.commands.serve", "exporter.sources.tailer",
          "zaroz_sim", "jsonschema")
@@ -77,6 +78,34 @@ def count_lines(paths: list[Path]) -> int:
 def replay_once(paths: list[Path]) -> float:
     pipeline = Pipeline()
     return timed(lambda: apply_files(pipeline, paths, None))
+
+
+def apply_one_by_one(pipeline: Pipeline, paths: list[Path]) -> None:
+    """apply_files as it was before WorkloadLog.offer_many: `offer` (or `reject_json`) per line,
+    the same batches, the same expiry points."""
+    for p in paths:
+        log_file = LogFile(p, workload_of(p))
+        log = pipeline.workload(log_file.workload)
+        offer, reject = log.offer, log.reject_json
+        n = 0
+        for batch in read_batches(log_file):
+            for obj in batch:
+                if obj is NOT_JSON:
+                    reject()
+                else:
+                    offer(obj)
+            n += len(batch)
+            if n >= EXPIRE_EVERY:
+                n = 0
+                pipeline.expire_workload(log_file.workload, log.clock)
+    for name, log in pipeline.logs.items():
+        log.flush()
+        pipeline.expire_workload(name, log.clock)
+
+
+def one_by_one_once(paths: list[Path]) -> float:
+    pipeline = Pipeline()
+    return timed(lambda: apply_one_by_one(pipeline, paths))
 
 
 def floor_once(paths: list[Path]) -> float:
@@ -171,18 +200,41 @@ def main(argv: list[str] | None = None) -> None:
     cli = [sys.executable, "-m", "exporter.cli", "replay", *map(str, paths)]
     cases: dict[str, Callable[[], float]] = {
         "replay (apply_files)": lambda: replay_once(paths),
+        "  offer per line (alternative: before)": lambda: one_by_one_once(paths),
         "floor (loads + is_valid_event)": lambda: floor_once(paths),
         "CLI `python -m exporter.cli replay`": lambda: run_cmd(cli),
     }
-    times = interleaved(cases, args.repeat)
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+
+    def with_cpu(name: str, case: Callable[[], float]) -> Callable[[], float]:
+        """The case's wall time; its CPU time (this process's) kept beside it, the steadier
+        figure when other work shares the cores. Not for the CLI (a child process)."""
+        def run() -> float:
+            c = time.process_time()
+            wall = case()
+            cpu[name].append(time.process_time() - c)
+            return wall
+        return run
+
+    times = interleaved({n: with_cpu(n, c) for n, c in cases.items()}, args.repeat)
     floor = min(times["floor (loads + is_valid_event)"])
-    rows = [["measure", "best time (median, max)", "events/s", "time / floor"]]
+    floor_cpu = min(cpu["floor (loads + is_valid_event)"])
+    rows = [["measure", "best time (median, max)", "events/s", "time / floor", "best CPU",
+             "CPU / floor"]]
     for name, ts in times.items():
-        rows.append([name, spread(ts), f"{lines / min(ts):,.0f}", f"{min(ts) / floor:.2f}"])
+        c = "" if name.startswith("CLI") else f"{min(cpu[name]) * 1e3:,.1f} ms"
+        cr = "" if name.startswith("CLI") else f"{min(cpu[name]) / floor_cpu:.2f}"
+        rows.append([name, spread(ts), f"{lines / min(ts):,.0f}", f"{min(ts) / floor:.2f}", c,
+                     cr])
     print(table(rows))
     ratio = min(times["replay (apply_files)"]) / floor
     verdict = "OK" if ratio <= TARGET_RATIO else "ABOVE TARGET"
-    print(f"replay / floor = {ratio:.2f} (target <= {TARGET_RATIO:g}): {verdict}\n", flush=True)
+    before = min(times["  offer per line (alternative: before)"]) / floor
+    ratio_cpu = min(cpu["replay (apply_files)"]) / floor_cpu
+    before_cpu = min(cpu["  offer per line (alternative: before)"]) / floor_cpu
+    print(f"replay / floor = {ratio:.2f} (target <= {TARGET_RATIO:g}): {verdict}; offer per "
+          f"line (before) / floor = {before:.2f}; in CPU time {ratio_cpu:.2f} and "
+          f"{before_cpu:.2f}\n", flush=True)
 
     empty = OUT / "empty.jsonl"
     empty.write_bytes(b"")
