@@ -7,6 +7,7 @@ live tailing and tests share this code.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -122,8 +123,8 @@ class WorkloadLog:
         # An observer with `applied_many` (looked up on its class, so that a recording observer's
         # __getattr__ does not answer) takes the batch's applied events as counts at its end.
         many = getattr(type(obs), "applied_many", None)
-        counts: dict[str, int] = {}
-        counted = counts.get if many is not None else None
+        counts: defaultdict[str, int] = defaultdict(int)
+        bulk = many is not None
         try:
             for obj in objs:
                 if obj is not_json:
@@ -137,8 +138,8 @@ class WorkloadLog:
                         lasts[-1] = seq  # SeqRanges.add's usual case
                         try:  # _apply(seq, obj), inline
                             self.last_at = at = obj["occurred_at"]
-                            if counted is not None:
-                                counts[t] = counted(t, 0) + 1
+                            if bulk:
+                                counts[t] += 1
                             else:
                                 applied(t if t in known else UNKNOWN, seq)
                             unit = obj["unit"]
