@@ -108,9 +108,10 @@ class WorkloadLog:
 
     def offer_many(self, objs: Iterable[Any], not_json: object, source: str = "file") -> None:
         """`offer` of each decoded line in order (`not_json` stands for a line that was no JSON:
-        `reject_json`), for replay. The usual case runs inline: a valid event with the next seq,
-        nothing waiting, from a source whose newest run it continues; it is `_apply`'s body with
-        the lookups hoisted out of the loop. Everything else takes `offer`. The observer and tap
+        `reject_json`), for replay. The usual case runs inline: a valid unit event with the next
+        seq, nothing waiting, from a source whose newest run it continues; it is `_apply`'s body
+        with the lookups hoisted out of the loop. Everything else (workload events such as
+        units.scaled, pings, gaps, invalid events) takes `offer`. The observer and tap
         see the same calls in the same order as from `offer` line by line (tests compare them),
         except that an observer with `applied_many` gets the batch's inline-applied events as
         counts by type label when the batch ends, instead of one `applied` call each."""
@@ -133,32 +134,29 @@ class WorkloadLog:
                 if valid(obj):
                     seq = obj["seq"]
                     t = obj["type"]
+                    unit = obj["unit"]
                     if (seq == nxt and lasts and lasts[-1] + 1 == seq and not pending
-                            and type(seq) is int and t != PING):
+                            and type(seq) is int and type(unit) is dict and t != PING):
                         lasts[-1] = seq  # SeqRanges.add's usual case
-                        try:  # _apply(seq, obj), inline
+                        try:  # _apply(seq, obj) of a unit event, inline: keep the two alike
                             self.last_at = at = obj["occurred_at"]
                             if bulk:
                                 counts[t] += 1
                             else:
                                 applied(t if t in known else UNKNOWN, seq)
-                            unit = obj["unit"]
-                            if type(unit) is dict:
-                                uid = unit["id"]
-                                u = units.get(uid)
-                                h = handlers.get(t)
-                                if u is not None:
-                                    u.last = at
-                                elif h is not None:
-                                    u = units[uid] = Unit(at)
-                                if h is not None:
-                                    h(u, uid, at, obj["data"], obs)  # type: ignore[arg-type]
-                                    if t == "unit.destroyed":
-                                        del units[uid]
-                                if tap is not None:
-                                    tap(uid, t, at, obj["data"], unit.get("key"))
-                            elif t == "units.scaled":
-                                obs.desired(obj["data"]["to"])
+                            uid = unit["id"]
+                            u = units.get(uid)
+                            h = handlers.get(t)
+                            if u is not None:
+                                u.last = at
+                            elif h is not None:
+                                u = units[uid] = Unit(at)
+                            if h is not None:
+                                h(u, uid, at, obj["data"], obs)  # type: ignore[arg-type]
+                                if t == "unit.destroyed":
+                                    del units[uid]
+                            if tap is not None:
+                                tap(uid, t, at, obj["data"], unit.get("key"))
                         except (ValueError, KeyError, TypeError):
                             invalid("schema")
                         self.next = nxt = seq + 1
@@ -265,6 +263,8 @@ class WorkloadLog:
             self.next = seq + 1
 
     def _apply(self, seq: int, ev: Any) -> None:
+        # offer_many inlines the unit-event half of this: change both alike
+        # (tests/test_workload_offer_many.py compares them on every kind of log line).
         if ev is _INVALID:
             self.obs.invalid("schema")
             return
