@@ -81,9 +81,9 @@ def test_offer_many_takes_the_general_path_for_what_is_not_the_next_seq():
 
 
 @pytest.mark.parametrize("path", inputs(), ids=lambda p: p.name)
-def test_offer_many_with_bulk_counts_renders_what_offer_renders(path):
-    """WorkloadMetrics takes the applied events as counts (applied_many): the exposition,
-    series order included, is the same as from `offer` line by line."""
+def test_offer_many_renders_what_offer_renders(path):
+    """Through WorkloadMetrics: the exposition, series order included, is the same as from
+    `offer` line by line."""
     from exporter.sinks.metrics.exposition import render_bytes
     from exporter.sinks.metrics.family import Registry
     from exporter.sinks.metrics.workload import WorkloadMetrics

@@ -11,10 +11,6 @@ from typing import Any, Protocol
 
 
 class Observer(Protocol):
-    """One call per fact. An implementation may also define `applied_many(counts)` (events by
-    type label): `WorkloadLog.offer_many` then reports a batch's applied events in one call at
-    its end instead of an `applied` call each (it looks the method up on the class)."""
-
     def applied(self, type_label: str, seq: int) -> None: ...
     def duplicate(self, source: str) -> None: ...
     def refetched(self, source: str) -> None: ...

@@ -109,16 +109,6 @@ class WorkloadMetrics:
             )
         s.inc()
 
-    def applied_many(self, counts: dict[str, int]) -> None:
-        """`applied` in bulk: events by type label (replay's batches, WorkloadLog.offer_many)."""
-        for type_label, n in counts.items():
-            s = self._event_series.get(type_label)
-            if s is None:
-                s = self._event_series[type_label] = self._events.labels(  # type: ignore[assignment]
-                    self.workload, type_label
-                )
-            s.inc(n)
-
     def duplicate(self, source: str) -> None:
         self._dup.labels(self.workload, source).inc()
 
