@@ -121,6 +121,12 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
     budget = slo.error_budget
     for long, short, factor, for_, severity in pairs:
         limit = f"({_num(factor)} * {budget:.6g})"
+        # Observations in the long window: a native histogram has no `_count` series.
+        measured = (
+            f"sum(histogram_count(increase({slo.histogram}{{workload=%q}}[{long}])))"
+            if config.native_histograms
+            else f"sum(increase({slo.histogram}_count{{workload=%q}}[{long}]))"
+        )
         expr = (
             f"{recording.slo_error_ratio_name(slo.key, long)} > {limit}\n"
             f"and on ({cl}, workload)\n"
@@ -136,8 +142,7 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
                 f"Workload {{{{ $labels.workload }}}}: {{{{ $value | humanizePercentage }}}} "
                 f"of {what.lower()} took longer than {_num(slo.threshold)} s over the last "
                 f"{long} (and the last {short}), out of "
-                + count_of(f"sum(increase({slo.histogram}_count{{workload=%q}}[{long}]))",
-                           fmt="int", cl=cl)
+                + count_of(measured, fmt="int", cl=cl)
                 + f" measured in the last {long}: {_num(factor)}x the rate the "
                 f"{slo.objective:.4g} objective allows (threshold "
                 f"{percent(factor * budget)}).",

@@ -11,6 +11,7 @@ mistake shows up as a failing test.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alerts import alerting, recording
@@ -59,16 +60,31 @@ def _hist(name: str, labels: dict[str, str], buckets: dict[str, str]) -> list[tu
 _MINUTES = {"5m": 5, "30m": 30, "1h": 60, "2h": 120, "6h": 360, "1d": 1440, "3d": 4320}
 
 
-def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Case]:
+# Input series of a histogram from promtool value strings of its good (<= SLO threshold) and
+# total observation counts: (histogram, labels, good, total) -> (series, values) pairs.
+HistSeries = Callable[[str, dict[str, str], str, str], list[tuple[str, str]]]
+
+
+def _burn_cases(config: Config, slo_key: str, alert: str, what: str,
+                hist: HistSeries | None = None) -> list[Case]:
+    """The burn-rate cases of one SLO; `hist` writes its histogram (default: classic buckets,
+    the threshold's `le` bucket holding the good ones)."""
     slo = config.slo(slo_key)
     h = slo.histogram
     le = recording.le_value(slo.threshold)
     budget = slo.error_budget
+    if hist is None:
+        def hist(h: str, labels: dict[str, str], good: str, total: str) -> list[tuple[str, str]]:
+            return _hist(h, labels, {le: good, "+Inf": total})
 
     def fire(long: str, short: str, factor: str, value: str, sev: str, t: int) -> Fire:
         # Observations in the long window at minute t: 1000 a minute since 0m (the counter's
         # extrapolation stops at its zero point, so a window reaching before 0m counts t min).
         measured = per_min * min(t, _MINUTES[long])
+        if config.native_histograms and t < _MINUTES[long]:
+            # increase() of a native histogram extrapolates half a step before its first
+            # sample: Prometheus stops at the zero point of float counters only.
+            measured += per_min // 2
         return Fire(
             {"workload": "wl", "long": long, "short": short},
             f"Workload wl: {value} of {what.lower()} took longer than {le} s over the last "
@@ -99,14 +115,14 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
     fast_pct = f"{fast_bad * 100:.4g}%"
     slow_pct = f"{slow_bad * 100:.4g}%"
     ok = {"workload": "ok"}
-    healthy = _hist(h, ok, {le: f"0+{per_min}x200", "+Inf": f"0+{per_min}x200"})
+    healthy = hist(h, ok, f"0+{per_min}x200", f"0+{per_min}x200")
     return [
         Case(
             # The ratio is 20x budget from 1m (first rate). Pairs fire after their `for`:
             # 1h/5m at 1m+2m, 6h/30m at 1m+15m, 1d/2h at 1m+1h, 3d/6h at 1m+3h.
             f"{alert} fast burn pages, then tickets",
             alert,
-            _hist(h, {"workload": "wl"}, {le: f"0+{fast_good}x200", "+Inf": f"0+{per_min}x200"})
+            hist(h, {"workload": "wl"}, f"0+{fast_good}x200", f"0+{per_min}x200")
             + healthy,
             [
                 ("2m", []),
@@ -124,7 +140,7 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             # 2x budget: only the 3d/6h pair (factor 1) burns; it fires at 1m+3h, never a page.
             f"{alert} slow burn only tickets",
             alert,
-            _hist(h, {"workload": "wl"}, {le: f"0+{slow_good}x200", "+Inf": f"0+{per_min}x200"})
+            hist(h, {"workload": "wl"}, f"0+{slow_good}x200", f"0+{per_min}x200")
             + healthy,
             [("30m", []), ("180m", []), ("181m", [tick3(slow_pct, 181)])],
         ),
@@ -134,14 +150,9 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str) -> list[Cas
             # 6h/30m page (firing since 16m) holds until its 30m window is clean too.
             f"{alert} resolves when the burn stops",
             alert,
-            _hist(
-                h,
-                {"workload": "wl"},
-                {
-                    le: f"0+{fast_good}x10 {10 * fast_good + per_min}+{per_min}x29",
-                    "+Inf": f"0+{per_min}x40",
-                },
-            ),
+            hist(h, {"workload": "wl"},
+                 f"0+{fast_good}x10 {10 * fast_good + per_min}+{per_min}x29",
+                 f"0+{per_min}x40"),
             [
                 ("10m", [page1(fast_pct, 10)]),
                 ("20m", [page6(f"{fast_bad * 50:.4g}%", 20)]),
@@ -729,42 +740,45 @@ def _alert_doc(config: Config, case: Case, t: str, fires: list[Fire]) -> dict[st
 
 def test_documents(config: Config) -> dict[str, dict[str, object]]:
     """File name -> promtool test document."""
-    out: dict[str, dict[str, object]] = {}
+    rule_files = [f"../rules/{n}" for n in ("recording.yaml", "alerts.yaml")]
+    return {f"{stem}.yaml": document(config, group, rule_files)
+            for stem, group in cases(config).items()}
+
+
+def _expr_doc(e: str, t: str, samples: list[tuple[dict[str, str], float]]) -> dict[str, object]:
+    return {
+        "expr": e,
+        "eval_time": t,
+        "exp_samples": [{"labels": sel(e, **lbl) if lbl else e, "value": v}
+                        for lbl, v in samples],
+    }
+
+
+def document(config: Config, group: list[Case], rule_files: list[str]) -> dict[str, object]:
+    """One promtool test file: `group`'s cases against `rule_files` (relative to the file)."""
     slo = {s.key: s.threshold for s in config.slos}
     group_order = list(
         dict.fromkeys(
-            [r.group for r in recording.recording_rules(slo)]
+            [r.group for r in recording.recording_rules(slo, native=config.native_histograms)]
             + [a.group for a in alerting.alerts(config)]
         )
     )
-    for stem, group in cases(config).items():
-        tests = []
-        for c in group:
-            doc: dict[str, object] = {
-                "name": c.name,
-                "interval": c.interval,
-                "input_series": [{"series": s, "values": v} for s, v in c.series],
-                "alert_rule_test": [_alert_doc(config, c, t, f) for t, f in c.evals],
-            }
-            if c.exprs:
-                doc["promql_expr_test"] = [
-                    {
-                        "expr": e,
-                        "eval_time": t,
-                        "exp_samples": [
-                            {"labels": sel(e, **lbl) if lbl else e, "value": v}
-                            for lbl, v in samples
-                        ],
-                    }
-                    for e, t, samples in c.exprs
-                ]
-            tests.append(doc)
-        out[f"{stem}.yaml"] = {
-            "rule_files": [f"../rules/{n}" for n in ("recording.yaml", "alerts.yaml")],
-            "evaluation_interval": "1m",
-            # Recording groups first, as a steady-state server sees them; promtool would
-            # otherwise evaluate groups by name and shift every boundary by one interval.
-            "group_eval_order": group_order,
-            "tests": tests,
+    tests = []
+    for c in group:
+        doc: dict[str, object] = {
+            "name": c.name,
+            "interval": c.interval,
+            "input_series": [{"series": s, "values": v} for s, v in c.series],
+            "alert_rule_test": [_alert_doc(config, c, t, f) for t, f in c.evals],
         }
-    return out
+        if c.exprs:
+            doc["promql_expr_test"] = [_expr_doc(e, t, samples) for e, t, samples in c.exprs]
+        tests.append(doc)
+    return {
+        "rule_files": rule_files,
+        "evaluation_interval": "1m",
+        # Recording groups first, as a steady-state server sees them; promtool would
+        # otherwise evaluate groups by name and shift every boundary by one interval.
+        "group_eval_order": group_order,
+        "tests": tests,
+    }

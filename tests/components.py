@@ -33,3 +33,26 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# promtool 2.53+ for the native-histogram promtool tests (bookworm's 2.42 cannot write native
+# histogram series): .ci/promtool-native unpacks Debian trixie's here; PROMTOOL_NATIVE overrides.
+PROMTOOL_NATIVE_DEFAULT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    ".ci", "cache", "promtool-2.53", "usr", "bin", "promtool",
+)
+
+
+def require_promtool_native() -> str:
+    """promtool >= 2.53 (env PROMTOOL_NATIVE, else .ci/cache's), which reads native histogram
+    input series in `promtool test rules`."""
+    path = os.environ.get("PROMTOOL_NATIVE") or PROMTOOL_NATIVE_DEFAULT
+    if not os.access(path, os.X_OK):
+        missing(f"promtool 2.53+ is not at {path} (.ci/promtool-native fetches it; "
+                "or set PROMTOOL_NATIVE)")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    version = out.stdout.split()[2] if out.stdout.startswith("promtool, version ") else ""
+    major, minor = (int(x) for x in version.split(".")[:2]) if version.count(".") >= 2 else (0, 0)
+    if (major, minor) < (2, 53):
+        missing(f"{path} is promtool {version or out.stdout!r}; the native tests need 2.53+")
+    return path

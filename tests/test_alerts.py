@@ -36,7 +36,8 @@ def test_generated_files_are_current() -> None:
     ]
     assert not stale, f"run `python -m alerts`; stale: {stale}"
     expected = set(render.all_files())
-    extra = {p for d in (render.RULES_DIR, render.NATIVE_RULES_DIR, render.TESTS_DIR)
+    extra = {p for d in (render.RULES_DIR, render.NATIVE_RULES_DIR, render.TESTS_DIR,
+                         render.NATIVE_TESTS_DIR, render.NATIVE_TEST_RULES_DIR)
              for p in d.glob("*.yaml")} - expected
     assert not extra, f"not generated, remove: {sorted(map(str, extra))}"
 

@@ -1,9 +1,10 @@
 """The native-histogram SLO rules at a threshold that is no classic bucket boundary (45 s: the
 readiness buckets have 30 and 60), on a real Prometheus 2.42 with native histograms.
 
-promtool 2.42 cannot write native histogram input series (`promtool test rules` fails with
-"unexpected character in series sequence: '{'"), so these are the promtool-style cases run on
-the real server instead: an in-process exporter observes a fixed mix every tick, Prometheus
+The promtool unit tests of the same alerts (alerts/tests/native/) run with promtool 2.53
+(tests/test_alerts_native_promtool.py); this runs them on the real server the issue names
+(2.42), through the exporter's own protobuf: an in-process exporter observes a fixed mix every
+tick, Prometheus
 scrapes it and evaluates the generated rules each second, and the test reads the recorded error
 ratios and the ALERTS series. The burn-rate pairs' windows (5m..3d) hold only the test's
 seconds of data, which a ratio of rates does not mind.
