@@ -11,13 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from exporter import vocabulary
 from exporter.catalog import Kind, Metric
+from exporter.model.unitsignals import SignalState
 from exporter.sinks.metrics import protobuf
 from exporter.sinks.metrics.exposition import Format, negotiate, render_bytes
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.native import NativeBuckets, NativeConfig
 from exporter.sinks.metrics.series import escape_label_value, format_value
-from exporter.sinks.metrics.table import Column, RowTable
+from exporter.sinks.metrics.table import CHUNK, Column, RowTable
+from exporter.sinks.metrics.unitsignals import UnitSignalMetrics
 from tests import pbdecode
 
 # What Prometheus 2.42 sends (scrape/scrape.go), without and with its native-histograms feature.
@@ -59,7 +62,8 @@ def same(a: dict, b: dict) -> bool:
 
 
 # A few values that recur (so series are changed and removed again) and any text at all.
-label_value = st.one_of(st.sampled_from(["a", "b", 'q"uote', "back\\slash", "new\nline", "ü"]),
+label_value = st.one_of(st.sampled_from(["a", "b", 'q"uote', "back\\slash", "new\nline", "ü",
+                                         ",x", "x="]),
                         st.text(st.characters(codec="utf-8"), max_size=12))
 value = st.one_of(st.integers(-(10**6), 10**12).map(float),
                   st.floats(allow_nan=True, allow_infinity=True, width=64))
@@ -85,6 +89,8 @@ def registries(draw: st.DrawFn) -> tuple[Registry, list, RowTable]:
                                                  st.integers(0, 20))))
     reg = Registry(metrics, native=native)
     tab = reg.table("t_obj_value")
+    # A column without a protobuf renderer: its text is transcoded (the UnitSignal columns'
+    # renderers are tested below).
     table = RowTable([Column(tab, lambda rows: "".join(
         f"{tab.prefix}{b}}} {format_value(s)}\n" for b, s in rows))])
     return reg, metrics, table
@@ -102,6 +108,12 @@ def apply(draw: st.DrawFn, reg: Registry, metrics: list[Metric], table: RowTable
                 table.remove(key)
             continue
         fam = reg[m.name]
+        if draw(st.integers(0, 6)) == 0:
+            # Part of the first protobuf form built ahead (pbprime), then more changes.
+            fam.pb_prime(draw(st.integers(1, 3)))
+            if draw(st.booleans()):
+                table.pb_prime(draw(st.integers(1, 2)))
+            continue
         if fam.series and draw(st.integers(0, 4)) == 0:
             fam.remove(*draw(st.sampled_from(sorted(fam.series))))
             continue
@@ -142,6 +154,67 @@ def test_protobuf_decodes_into_the_text_samples_through_changes(data):
         assert mf.help == by_name[mf.name].help
         assert mf.type == want_type[by_name[mf.name].kind]
         assert len(mf.metric) > 0
+
+
+@st.composite
+def signal_state(draw: st.DrawFn, workload: str) -> SignalState:
+    small = st.integers(0, 3)
+    return SignalState(
+        workload=workload, unit_id=draw(label_value), key=draw(label_value),
+        agent_version=draw(label_value),
+        labels=tuple(draw(st.lists(st.tuples(st.sampled_from(["team", "app.kubernetes.io/x"]),
+                                             label_value), max_size=2, unique_by=lambda t: t[0]))),
+        generation_lag=draw(st.integers(0, 10**6)),
+        pending_since=draw(st.one_of(st.none(), st.floats(0, 2000, allow_nan=False))),
+        ready=draw(small), accepting=draw(small),
+        activity=draw(st.sampled_from(vocabulary.ACTIVITIES)),
+        draining=draw(st.sampled_from((*vocabulary.DRAIN_REASONS, "none"))),
+        allocation_pending=draw(small), status_seq=draw(st.integers(0, 10**9)),
+        spec_valid=draw(small), status_valid=draw(small), stuck_invalid_spec=draw(small),
+        phase=draw(st.sampled_from(vocabulary.PHASES)), phase_since=0.0,
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_unitsignal_tables_protobuf_decodes_into_the_text_samples(data):
+    """The per-object tables' own protobuf renderers (no text in between): the same samples as
+    the text, through puts, updates, removals, workload moves, primed slices and scrapes of
+    either format in any order; rows span several chunks, live ages included."""
+    now = [1000.0]
+    reg = Registry(native=None)
+    sink = UnitSignalMetrics(reg, clock=lambda: now[0])
+    assert sink.rows is not None
+    states: dict[tuple[str, str], SignalState] = {}
+    keys = st.tuples(st.sampled_from(["ns", 'q"ns']),
+                     st.one_of(st.integers(0, 3 * CHUNK).map(lambda i: f"us-{i}"), label_value))
+    for _ in range(data.draw(st.integers(1, 4))):
+        for _ in range(data.draw(st.integers(0, 3 * CHUNK))):
+            key = data.draw(keys)
+            old = states.get(key)
+            if old is not None and data.draw(st.integers(0, 4)) == 0:
+                sink.state(key, old, None)
+                del states[key]
+                continue
+            workload = data.draw(st.sampled_from(["wl", "wl-2", "w\\l"]))
+            new = data.draw(signal_state(workload))
+            sink.state(key, old, new)
+            states[key] = new
+        if data.draw(st.booleans()):
+            sink.rows.pb_prime(data.draw(st.integers(1, 3)))
+        now[0] += data.draw(st.sampled_from([0.0, 1.5]))
+        for fmt in data.draw(st.sampled_from(["tp", "pt", "p", "t"])):
+            if fmt == "t":
+                got = text_samples(render_bytes(reg).decode())
+            else:
+                got = pbdecode.samples(protobuf.render_bytes(reg))
+            assert same(got, text_samples(render_bytes(reg).decode()))
+        assert same(pbdecode.samples(protobuf.render_bytes(reg)),
+                    text_samples(render_bytes(reg).decode()))
+    # Every row is there: one ready series per UnitSignal.
+    text = text_samples(render_bytes(reg).decode())
+    ready = [k for k in text if k[0] == "zaroz_unitsignal_ready"]
+    assert len(ready) == len(states)
 
 
 def expected_native(values_ns: list[int], schema: int) -> dict[float, int]:

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from aiohttp import web
 
 from exporter.overview.web import Overview
-from exporter.sinks.metrics.exposition import CONTENT_TYPES, coalesce, negotiate
+from exporter.sinks.metrics.exposition import CONTENT_TYPES, Format, coalesce, negotiate
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.pbprime import prime
 from exporter.wiring.checkpoint import Checkpointer, CheckpointError, render_checkpointed
 
 Readiness = Callable[[], tuple[bool, str]]
@@ -69,6 +70,9 @@ class MetricsServer:
         start = time.perf_counter()
         fmt = negotiate(request.headers.get("Accept"))
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
+        if fmt is Format.PROTOBUF:  # the encoding not done yet, in slices: the loop stays free
+            await prime(self.registry)
+        # From here to the rendered exposition, no await (render_checkpointed).
         if self.held is not None:
             self.registry.hold(self.held())
         try:

@@ -30,7 +30,7 @@ class Held:
 class Family:
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
-        "_pb_parts", "bounds_ns", "dirty", "held", "live", "metric", "native", "series",
+        "_pb_parts", "_pb_todo", "bounds_ns", "dirty", "held", "live", "metric", "native", "series",
         "wl_index",
     )
 
@@ -54,6 +54,8 @@ class Family:
         self._pb_body: bytes | None = b""
         self._pb_parts: dict[Series | HistogramSeries, bytes] | None = None
         self._pb_changed: list[Series | HistogramSeries] = []
+        # Series still to encode while the first protobuf form is built ahead (`pb_prime`)
+        self._pb_todo: list[Series | HistogramSeries] | None = None
 
     def _shown(self) -> Iterable[Series | HistogramSeries]:
         held = self.held
@@ -102,27 +104,50 @@ class Family:
             if tracked:
                 self._pb_changed += self.dirty
                 if len(self._pb_changed) > len(self.series):  # no protobuf scrape for long
-                    self._pb_parts = None
+                    self._pb_parts = self._pb_todo = None
                     self._pb_changed.clear()
             self.dirty.clear()
             self._body = self._pb_body = None
 
+    def pb_prime(self, budget: int) -> int:
+        """Encode up to `budget` series of the first protobuf form ahead of the scrape that
+        needs it (in slices, so the loop stays free); returns how many are left. Changes made
+        meanwhile are tracked as after a protobuf scrape and encoded again by `pb_body`."""
+        if self._pb_parts is None:
+            self._pb_parts, self._pb_body = {}, None
+            self._pb_todo = list(self.series.values())
+        todo = self._pb_todo
+        if not todo:
+            return 0
+        parts, series, encode, m = self._pb_parts, self.series, protobuf.series_metric, \
+            self.metric
+        for _ in range(min(budget, len(todo))):
+            s = todo.pop()
+            if series.get(s.values) is s:
+                parts[s] = encode(m, s.values, s)
+        return len(todo)
+
     def pb_body(self) -> bytes:
         """The family's protobuf `Metric` fields; encodes only the series that changed since
-        the last protobuf scrape."""
+        the last protobuf scrape (or were not primed yet)."""
         self._refresh()
         encode, m, parts = protobuf.series_metric, self.metric, self._pb_parts
+        todo = self._pb_todo
         if parts is None:
             parts = self._pb_parts = {s: encode(m, s.values, s) for s in self.series.values()}
             self._pb_body = None
         elif self._pb_changed:
             series, scalar = self.series, m.kind is not Kind.HISTOGRAM
             for s in self._pb_changed:
-                if series.get(s.values) is s:  # not removed since
+                if series.get(s.values) is s and (todo is None or s in parts):  # not removed
                     old = parts.get(s)
                     parts[s] = protobuf.rescale(old, s.value) if scalar and old is not None \
                         else encode(m, s.values, s)  # type: ignore[union-attr]
         self._pb_changed.clear()
+        if todo is not None:  # primed: the rest, and every series in the text's order
+            self._pb_parts = parts = {s: parts.get(s) or encode(m, s.values, s)
+                                      for s in self.series.values()}
+            self._pb_todo, self._pb_body = None, None
         held = self.held
         if held is not None and held.version != self._pb_held_version:
             self._pb_held_version = held.version

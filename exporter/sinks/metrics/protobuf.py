@@ -7,8 +7,9 @@ where we join cached bytes. tests/test_protobuf.py decodes the output with the o
 `protobuf` runtime against the messages of client_model's metrics.proto.
 
 Like the text path, each series keeps its encoded `Metric` (field 4 of its family, ready to
-join) and re-encodes it only when its text line was re-rendered (the line is the change token);
-per-object tables transcode each chunk's text once per change (`transcode_lines`).
+join) and re-encodes it only when it changed; per-object tables render each changed chunk's rows
+straight to `Metric` fields with their columns' `pb` renderers (`metric_fields`; a column without
+one has its text transcoded, `transcode_lines`).
 """
 
 from __future__ import annotations
@@ -143,6 +144,28 @@ def series_metric(m: Metric, values: tuple[str, ...], s: Series | HistogramSerie
     return scalar_metric(m.kind, labels, s.value)  # type: ignore[union-attr]
 
 
+def gauge_value(v: float) -> bytes:
+    """Metric.gauge holding `v`: what follows a gauge row's labels."""
+    return b"\x12\x09\x09" + _pack_double(v)
+
+
+GAUGE_ONE = gauge_value(1.0)
+_GAUGE_INTS = {i: gauge_value(float(i)) for i in range(-1, 1024)}
+
+
+def gauge_int(v: int) -> bytes:
+    """`gauge_value` of an integer state field, cached for the usual small ones."""
+    enc = _GAUGE_INTS.get(v)
+    return enc if enc is not None else gauge_value(float(v))
+
+
+def metric_fields(msgs: list[bytes]) -> bytes:
+    """Metric messages (labels + value) as MetricFamily.metric fields, joined."""
+    v = _VARINTS
+    return b"".join([b"\x22" + v[len(m)] + m if len(m) < 16384 else field(0x22, m)
+                     for m in msgs])
+
+
 def family_header(m: Metric) -> bytes:
     """MetricFamily name, help and type: the sample name is the family name, as in text."""
     return field(0x0A, m.name.encode()) + field(0x12, m.help.encode()) + b"\x18" + \
@@ -185,7 +208,9 @@ def encode_labels(block: str) -> bytes:
 
 def _labels(block: str) -> bytes:
     """The inside of a text label block as Metric.label fields."""
-    if "\\" not in block:  # nearly always; then no value holds a quote, so `",` splits pairs
+    # Nearly always no backslash: then no value holds a quote, so `",` splits pairs, unless a
+    # value starts with a comma (`="` then `,`; the regex below reads those).
+    if "\\" not in block and '=",' not in block:
         parts = block.split('",')
         last = len(parts) - 1
         return b"".join([_pair(p if i == last else p + '"') for i, p in enumerate(parts)])
@@ -254,13 +279,18 @@ def render(registry: Registry) -> Iterator[bytes]:
     clock = time.perf_counter
     for fam in registry.visible():
         t = clock()
-        body = fam.pb_body() if isinstance(fam, Family) else fam.pb_body(transcode_lines)
+        if isinstance(fam, Family):
+            body = fam.pb_body()
+            pieces, size = ([body] if body else []), len(body)
+        else:  # per-object tables: by chunk, not joined (as in text)
+            pieces = fam.pb_pieces()
+            size = sum(map(len, pieces))
         group = fam.metric.group
         seconds[group] = seconds.get(group, 0.0) + clock() - t
-        if body:
+        if size:
             head = family_header(fam.metric)
-            yield varint(len(head) + len(body)) + head
-            yield body
+            yield varint(len(head) + size) + head
+            yield from pieces
     for extra in registry.extras:
         t = clock()
         body = transcode_families(extra.render(False))

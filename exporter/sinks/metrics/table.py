@@ -9,22 +9,21 @@ scrapes cost one render, a watch event costs a set insertion, and memory holds t
 once, as the chunks' bytes. Families are joined from the chunks at scrape time and not kept. A
 chunk that fills with new rows (a sync) is rendered at once, so the first scrape after a sync
 has little left to do.
+
+The protobuf form is rendered the same way but apart, once a protobuf scrape asked for it: each
+column's `pb` renderer writes a chunk's rows straight as encoded `Metric` fields (no text in
+between), kept per chunk and re-rendered only for chunks changed since the last protobuf scrape.
+Text and protobuf scrapes each render only what changed since their own last scrape. The first
+protobuf scrape's full render can be done ahead in bounded slices (`pb_prime`).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.catalog import Kind, Metric
-
-# (kind, a chunk's text, its previous text, that text's transcoding, its rows' line starts, their
-# labels encoded) -> one field per line (protobuf.transcode_lines)
-Transcode = Callable[
-    [Kind, bytes, bytes, Sequence[bytes], Sequence[str], Callable[[], Sequence[bytes]]],
-    list[bytes]]
+from exporter.catalog import Metric
 
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
@@ -37,26 +36,27 @@ Row = tuple[str, Any]
 @dataclass(frozen=True)
 class Column:
     """How one family renders the rows of a chunk. `live`: rows whose value is read at each
-    scrape (an age); chunks holding one are rendered again for this column on every scrape."""
+    scrape (an age); chunks holding one are rendered again for this column on every scrape.
+    `pb`: the chunk's rows as protobuf `MetricFamily.metric` fields, given the rows and each
+    row's own labels encoded (None: its text is transcoded, slower)."""
 
     family: TableFamily
     render: Callable[[Sequence[Row]], str]
     live: Callable[[Row], bool] | None = None
     count: Callable[[Sequence[Row]], int] = len  # series a chunk's rows give (len: one each)
+    pb: Callable[[Sequence[Row], Sequence[bytes]], bytes] | None = None
 
 
 class TableFamily:
     """One per-object family of the registry: a view on its column of a RowTable."""
 
-    __slots__ = ("index", "metric", "pb_parts", "prefix", "table")
+    __slots__ = ("index", "metric", "prefix", "table")
 
     def __init__(self, metric: Metric) -> None:
         self.metric = metric
         self.prefix = metric.name
         self.table: RowTable | None = None
         self.index = 0
-        # chunk -> (the text part it was transcoded from, its protobuf Metric fields by line)
-        self.pb_parts: list[tuple[bytes, list[bytes]]] = []
 
     def __len__(self) -> int:
         return 0 if self.table is None else self.table.count(self.index)
@@ -68,28 +68,12 @@ class TableFamily:
         """The body as its chunks' bytes, not joined (see RowTable.pieces)."""
         return [] if self.table is None else self.table.pieces(self.index)
 
-    def pb_body(self, transcode: Transcode) -> bytes:
-        """The protobuf form: each chunk's text transcoded line by line, again only where it
-        changed; each row's own labels are encoded once (`RowTable.pb_labels`)."""
-        table = self.table
-        if table is None:
-            return b""
-        parts, cache, kind = table.parts_of(self.index), self.pb_parts, self.metric.kind
-        if len(cache) > len(parts):
-            del cache[len(parts):]
-        for c, text in enumerate(parts):
-            if c < len(cache) and cache[c][0] is text:
-                continue
-            old_text, old = cache[c] if c < len(cache) else (b"", [])
-            blocks = [b for b, _ in table._chunk(c)]
-            heads = [self.prefix + b for b in blocks]
-            pb = transcode(kind, text, old_text, old, heads,
-                           lambda blocks=blocks: [table.pb_labels(b) for b in blocks])
-            if c < len(cache):
-                cache[c] = (text, pb)
-            else:
-                cache.append((text, pb))
-        return b"".join(itertools.chain.from_iterable([pb for _, pb in cache]))
+    def pb_pieces(self) -> list[bytes]:
+        """The protobuf form (`Metric` fields) as its chunks' bytes, not joined."""
+        return [] if self.table is None else self.table.pb_pieces(self.index)
+
+    def pb_body(self) -> bytes:
+        return b"".join(self.pb_pieces())
 
 
 class RowTable:
@@ -104,8 +88,13 @@ class RowTable:
         self.blocks: list[str | None] = []
         self.states: list[Any] = []
         self.free: list[int] = []
-        self.dirty: set[int] = set()
+        self.dirty: set[int] = set()  # chunks whose text is out of date
+        self.stale: set[int] = set()  # chunks whose counts and liveness are out of date
         self.live: set[int] = set()  # chunks with a row some live column reads at scrape time
+        # column -> chunk -> protobuf Metric fields, once a protobuf scrape asked (None: not
+        # yet, and no protobuf work is done), and the chunks changed since its last render
+        self.pb_parts: list[list[bytes]] | None = None
+        self.pb_dirty: set[int] = set()
         # column -> chunk -> rendered bytes, and the number of series in it
         self.parts: list[list[bytes]] = [[] for _ in self.columns]
         # label block -> its labels as protobuf LabelPair fields, once per row for every
@@ -130,26 +119,41 @@ class RowTable:
                 if slot & (CHUNK - 1) == CHUNK - 1:
                     # A chunk just filled with new rows (a sync): render it now, page by page,
                     # rather than all at the first scrape.
-                    self.dirty.add(slot >> SHIFT)
-                    self._render({slot >> SHIFT})
+                    c = {slot >> SHIFT}
+                    self.stale |= c
+                    self._render(c)
+                    if self.pb_parts is not None:
+                        self._pb_render(c)
                     return
             self.slots[key] = slot
         self.blocks[slot] = block
         self.states[slot] = state
-        self.dirty.add(slot >> SHIFT)
+        c = slot >> SHIFT
+        self.dirty.add(c)
+        self.stale.add(c)
+        if self.pb_parts is not None:
+            self.pb_dirty.add(c)
 
     def update(self, key: Hashable, state: Any) -> None:
         """A new state for a row already there, under the same label block."""
         slot = self.slots[key]
         self.states[slot] = state
-        self.dirty.add(slot >> SHIFT)
+        c = slot >> SHIFT
+        self.dirty.add(c)
+        self.stale.add(c)
+        if self.pb_parts is not None:
+            self.pb_dirty.add(c)
 
     def remove(self, key: Hashable) -> None:
         slot = self.slots.pop(key, None)
         if slot is not None:
             self.blocks[slot] = self.states[slot] = None
             self.free.append(slot)
-            self.dirty.add(slot >> SHIFT)
+            c = slot >> SHIFT
+            self.dirty.add(c)
+            self.stale.add(c)
+            if self.pb_parts is not None:
+                self.pb_dirty.add(c)
 
     def pb_labels(self, block: str) -> bytes:
         enc = self._pb_labels.get(block)
@@ -162,7 +166,7 @@ class RowTable:
         return enc
 
     def count(self, index: int) -> int:
-        self.refresh()
+        self._counts()
         return self.totals[index]
 
     def body(self, index: int) -> bytes:
@@ -188,25 +192,104 @@ class RowTable:
         if self.dirty:
             self._render(self.dirty)
 
-    def _render(self, chunks: set[int]) -> None:
+    def _grow(self, lists: Sequence[list[Any]], fill: Any) -> None:
         n_chunks = (len(self.blocks) + CHUNK - 1) >> SHIFT
-        for parts, sizes in zip(self.parts, self.sizes, strict=True):
-            if len(parts) < n_chunks:
-                parts.extend([b""] * (n_chunks - len(parts)))
-                sizes.extend([0] * (n_chunks - len(sizes)))
-        lives = [col.live for col in self.columns if col.live is not None]
+        for x in lists:
+            if len(x) < n_chunks:
+                x.extend([fill] * (n_chunks - len(x)))
+
+    def _count(self, c: int, rows: Sequence[Row]) -> None:
+        """A chunk's series per column, and whether a live column reads it at scrape time."""
+        sizes, totals = self.sizes, self.totals
+        for i, col in enumerate(self.columns):
+            n = col.count(rows)
+            totals[i] += n - sizes[i][c]
+            sizes[i][c] = n
+        if any(col.live(r) for col in self.columns if col.live is not None for r in rows):
+            self.live.add(c)
+        else:
+            self.live.discard(c)
+
+    def _counts(self) -> None:
+        if self.stale:
+            self._grow(self.sizes, 0)
+            for c in self.stale:
+                self._count(c, self._chunk(c))
+            self.stale.clear()
+
+    def _render(self, chunks: set[int]) -> None:
+        self._grow(self.parts, b"")
+        self._grow(self.sizes, 0)
+        stale = self.stale
         for c in chunks:
             rows = self._chunk(c)
+            if c in stale:
+                self._count(c, rows)
             for i, col in enumerate(self.columns):
-                n = col.count(rows)
-                self.totals[i] += n - self.sizes[i][c]
-                self.sizes[i][c] = n
                 self.parts[i][c] = col.render(rows).encode()
-            if any(live(r) for live in lives for r in rows):
-                self.live.add(c)
-            else:
-                self.live.discard(c)
+        stale -= chunks
         self.dirty -= chunks
+
+    # -- the protobuf form -----------------------------------------------------------------
+
+    def pb_pieces(self, index: int) -> list[bytes]:
+        """One column's protobuf chunks as they are now (live ones rendered again)."""
+        self.pb_refresh()
+        parts = self.pb_parts[index]  # type: ignore[index]
+        col = self.columns[index]
+        if col.live is not None:
+            self._counts()
+            for c in self.live:
+                parts[c] = self._pb_chunk(col, self._chunk(c))
+        return [p for p in parts if p]
+
+    def pb_refresh(self) -> None:
+        """Render the protobuf form of every chunk changed since the last protobuf render."""
+        self.pb_prime(len(self.blocks))
+
+    def pb_prime(self, budget: int) -> int:
+        """Render the protobuf form of up to `budget` changed chunks (all columns); returns how
+        many are left. The first call starts tracking changes for protobuf and has every chunk
+        to render: called in slices ahead of a protobuf scrape, it keeps the loop free."""
+        if self.pb_parts is None:
+            self.pb_parts = [[] for _ in self.columns]
+            self.pb_dirty = set(range((len(self.blocks) + CHUNK - 1) >> SHIFT))
+        todo = self.pb_dirty
+        if len(todo) <= budget:
+            self._pb_render(todo)
+        else:
+            self._pb_render({todo.pop() for _ in range(budget)})
+        return len(self.pb_dirty)
+
+    def _pb_render(self, chunks: set[int]) -> None:
+        pb = self.pb_parts
+        assert pb is not None
+        self._grow(pb, b"")
+        self._grow(self.sizes, 0)
+        stale, live, labels_of = self.stale, self.live, self.pb_labels
+        for c in chunks:
+            rows = self._chunk(c)
+            if c in stale:
+                self._count(c, rows)
+            labels = [labels_of(b) for b, _ in rows]
+            for i, col in enumerate(self.columns):
+                if col.live is not None and c in live:
+                    continue  # rendered at every scrape (pb_pieces)
+                pb[i][c] = self._pb_chunk(col, rows, labels)
+        stale -= chunks
+        self.pb_dirty -= chunks
+
+    def _pb_chunk(self, col: Column, rows: Sequence[Row],
+                  labels: Sequence[bytes] | None = None) -> bytes:
+        if labels is None:
+            labels = [self.pb_labels(b) for b, _ in rows]
+        if col.pb is not None:
+            return col.pb(rows, labels)
+        from exporter.sinks.metrics.protobuf import transcode_lines
+
+        heads = [col.family.prefix + b for b, _ in rows]
+        return b"".join(transcode_lines(col.family.metric.kind, col.render(rows).encode(),
+                                        heads=heads, head_labels=lambda: labels))
 
     def _chunk(self, c: int) -> list[Row]:
         lo, hi = c << SHIFT, (c + 1) << SHIFT

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from exporter import vocabulary
 from exporter.model.unitsignals import Key, SignalState
+from exporter.sinks.metrics import protobuf as pb
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import escape_label_value as esc
 from exporter.sinks.metrics.series import format_value
@@ -97,6 +98,63 @@ def _lag_seconds(prefix: str, clock: Callable[[], float]) -> Callable[[Sequence[
     return render
 
 
+# -- the same columns as protobuf Metric fields: a row's labels (encoded once per row by the table)
+# plus its column's own labels and value, with no text in between (table.Column.pb).
+
+_ACTIVITY_PB = {a: pb.label_pairs(("activity",), (a,)) + pb.GAUGE_ONE
+                for a in vocabulary.ACTIVITIES}
+_REASON_PB = {r: pb.label_pairs(("reason",), (r,)) + pb.gauge_int(0 if r == "none" else 1)
+              for r in (*vocabulary.DRAIN_REASONS, "none")}
+_INFO_NAMES = ("unit_id", "key", "agent_version")
+PbRender = Callable[[Sequence[Row], Sequence[bytes]], bytes]
+
+
+@functools.lru_cache(maxsize=4096)
+def _labels_pb(labels: tuple[tuple[str, str], ...]) -> bytes:
+    return pb.label_pairs(tuple(label_name(n) for n, _ in labels),
+                          tuple(v for _, v in labels)) + pb.GAUGE_ONE
+
+
+def _plain_pb(i: int) -> PbRender:
+    def render(rows: Sequence[Row], labels: Sequence[bytes]) -> bytes:
+        g = pb.gauge_int
+        return pb.metric_fields([lab + g(s[i]) for lab, (_, s) in zip(labels, rows, strict=True)])
+    return render
+
+
+def _info_pb(rows: Sequence[Row], labels: Sequence[bytes]) -> bytes:
+    lp, one = pb.label_pairs, pb.GAUGE_ONE
+    return pb.metric_fields([lab + lp(_INFO_NAMES, (s[_UNIT_ID], s[_KEY], s[_AGENT])) + one
+                             for lab, (_, s) in zip(labels, rows, strict=True)])
+
+
+def _labels_col_pb(rows: Sequence[Row], labels: Sequence[bytes]) -> bytes:
+    return pb.metric_fields([lab + _labels_pb(s[_LABELS])
+                             for lab, (_, s) in zip(labels, rows, strict=True) if s[_LABELS]])
+
+
+def _activity_pb(rows: Sequence[Row], labels: Sequence[bytes]) -> bytes:
+    return pb.metric_fields([lab + _ACTIVITY_PB[s[_ACT]]
+                             for lab, (_, s) in zip(labels, rows, strict=True)])
+
+
+def _draining_pb(rows: Sequence[Row], labels: Sequence[bytes]) -> bytes:
+    return pb.metric_fields([lab + _REASON_PB[s[_DRAIN]]
+                             for lab, (_, s) in zip(labels, rows, strict=True)])
+
+
+def _lag_seconds_pb(clock: Callable[[], float]) -> PbRender:
+    zero = pb.gauge_int(0)
+
+    def render(rows: Sequence[Row], labels: Sequence[bytes]) -> bytes:
+        now, g = clock(), pb.gauge_value
+        return pb.metric_fields([
+            lab + (zero if s[_SINCE] is None else g(max(0.0, now - s[_SINCE])))
+            for lab, (_, s) in zip(labels, rows, strict=True)
+        ])
+    return render
+
+
 class UnitSignalMetrics:
     """Implements model.unitsignals.SignalObserver."""
 
@@ -105,18 +163,20 @@ class UnitSignalMetrics:
         self.clock = clock
         self.phases: dict[str, dict[str, dict[Key, float]]] = {}  # the model's, see attach()
         columns = [
-            Column(f := registry.table(name), _plain(f.prefix, SignalState._fields.index(field)))
+            Column(f := registry.table(name), _plain(f.prefix, i := SignalState._fields.index(
+                field)), pb=_plain_pb(i))
             for name, field in _PLAIN
         ]
         t = registry.table
         columns += [
             Column(f := t("zaroz_unitsignal_generation_lag_seconds"),
-                   _lag_seconds(f.prefix, clock), live=lambda r: r[1][_SINCE] is not None),
-            Column(f := t("zaroz_unitsignal_info"), _info(f.prefix)),
+                   _lag_seconds(f.prefix, clock), live=lambda r: r[1][_SINCE] is not None,
+                   pb=_lag_seconds_pb(clock)),
+            Column(f := t("zaroz_unitsignal_info"), _info(f.prefix), pb=_info_pb),
             Column(f := t("zaroz_unitsignal_labels"), _labels(f.prefix),
-                   count=lambda rows: sum(1 for _, s in rows if s[_LABELS])),
-            Column(f := t("zaroz_unitsignal_activity"), _activity(f.prefix)),
-            Column(f := t("zaroz_unitsignal_draining"), _draining(f.prefix)),
+                   count=lambda rows: sum(1 for _, s in rows if s[_LABELS]), pb=_labels_col_pb),
+            Column(f := t("zaroz_unitsignal_activity"), _activity(f.prefix), pb=_activity_pb),
+            Column(f := t("zaroz_unitsignal_draining"), _draining(f.prefix), pb=_draining_pb),
         ]
         # Families not exported get no column: never rendered. With none left, no rows at all.
         columns = [c for c in columns if registry.exported(c.family.metric.name)]
