@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -30,8 +31,8 @@ class Held:
 class Family:
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
-        "_pb_parts", "_pb_todo", "bounds_ns", "dirty", "held", "live", "metric", "native", "series",
-        "wl_index",
+        "_pb_late", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "dirty", "held", "live",
+        "metric", "native", "series", "wl_index",
     )
 
     def __init__(self, metric: Metric, held: Held | None = None,
@@ -54,8 +55,11 @@ class Family:
         self._pb_body: bytes | None = b""
         self._pb_parts: dict[Series | HistogramSeries, bytes] | None = None
         self._pb_changed: list[Series | HistogramSeries] = []
-        # Series still to encode while the first protobuf form is built ahead (`pb_prime`)
+        # While the first protobuf form is built ahead (`pb_prime`): the series there were when
+        # it began (encoded in order up to `_pb_next`), and those created since
         self._pb_todo: list[Series | HistogramSeries] | None = None
+        self._pb_next = 0
+        self._pb_late: list[Series | HistogramSeries] = []
 
     def _shown(self) -> Iterable[Series | HistogramSeries]:
         held = self.held
@@ -71,12 +75,16 @@ class Family:
                 raise ValueError(f"{self.metric.name} takes labels {self.metric.labels}")
             cls = HistogramSeries if self.metric.kind is Kind.HISTOGRAM else Series
             s = self.series[values] = cls(self, values)
+            if self._pb_todo is not None:
+                self._pb_late.append(s)
         return s
 
     def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> CallbackSeries:
         """A series whose value `fn` gives at each scrape."""
         self.remove(*values)
         s = self.series[values] = CallbackSeries(self, values, fn)
+        if self._pb_todo is not None:
+            self._pb_late.append(s)
         return s
 
     def remove(self, *values: str) -> None:
@@ -106,26 +114,42 @@ class Family:
                 if len(self._pb_changed) > len(self.series):  # no protobuf scrape for long
                     self._pb_parts = self._pb_todo = None
                     self._pb_changed.clear()
+                    self._pb_late.clear()
             self.dirty.clear()
             self._body = self._pb_body = None
 
     def pb_prime(self, budget: int) -> int:
-        """Encode up to `budget` series of the first protobuf form ahead of the scrape that
-        needs it (in slices, so the loop stays free); returns how many are left. Changes made
-        meanwhile are tracked as after a protobuf scrape and encoded again by `pb_body`."""
+        """Do up to `budget` series' worth of the first protobuf scrape's work ahead of it (in
+        slices, so the loop stays free); returns the work left (0: none).
+
+        First the text lines of series changed since the last render (the change token both
+        forms share), then each series' encoded Metric, in series order. Changes made meanwhile
+        are tracked as after a protobuf scrape, and `pb_body` encodes those again."""
         if self._pb_parts is None:
+            dirty = self.dirty
+            if dirty:
+                n = min(budget, len(dirty))
+                batch = dirty[len(dirty) - n:]
+                del dirty[len(dirty) - n:]
+                for s in batch:
+                    if s.line is None:
+                        s.render()
+                self._body = None
+                return len(dirty) + len(self.series)
             self._pb_parts, self._pb_body = {}, None
-            self._pb_todo = list(self.series.values())
+            self._pb_todo, self._pb_next = list(self.series.values()), 0
+            self._pb_late.clear()
         todo = self._pb_todo
-        if not todo:
+        if todo is None:
             return 0
+        i, end = self._pb_next, min(len(todo), self._pb_next + budget)
         parts, series, encode, m = self._pb_parts, self.series, protobuf.series_metric, \
             self.metric
-        for _ in range(min(budget, len(todo))):
-            s = todo.pop()
+        for s in todo[i:end]:
             if series.get(s.values) is s:
                 parts[s] = encode(m, s.values, s)
-        return len(todo)
+        self._pb_next = end
+        return len(todo) - end
 
     def pb_body(self) -> bytes:
         """The family's protobuf `Metric` fields; encodes only the series that changed since
@@ -144,10 +168,13 @@ class Family:
                     parts[s] = protobuf.rescale(old, s.value) if scalar and old is not None \
                         else encode(m, s.values, s)  # type: ignore[union-attr]
         self._pb_changed.clear()
-        if todo is not None:  # primed: the rest, and every series in the text's order
-            self._pb_parts = parts = {s: parts.get(s) or encode(m, s.values, s)
-                                      for s in self.series.values()}
+        if todo is not None:  # primed: what priming had not reached yet, in series order
+            series = self.series
+            for s in itertools.chain(todo[self._pb_next:], self._pb_late):
+                if series.get(s.values) is s:
+                    parts[s] = encode(m, s.values, s)
             self._pb_todo, self._pb_body = None, None
+            self._pb_late.clear()
         held = self.held
         if held is not None and held.version != self._pb_held_version:
             self._pb_held_version = held.version
