@@ -31,8 +31,8 @@ class Held:
 class Family:
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
-        "_pb_late", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "dirty", "held", "live",
-        "metric", "native", "series", "wl_index",
+        "_pb_late", "_pb_lines", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "dirty",
+        "held", "live", "metric", "native", "series", "wl_index",
     )
 
     def __init__(self, metric: Metric, held: Held | None = None,
@@ -60,6 +60,7 @@ class Family:
         self._pb_todo: list[Series | HistogramSeries] | None = None
         self._pb_next = 0
         self._pb_late: list[Series | HistogramSeries] = []
+        self._pb_lines = -1  # text lines priming may still render before it encodes (-1: unset)
 
     def _shown(self) -> Iterable[Series | HistogramSeries]:
         held = self.held
@@ -127,15 +128,19 @@ class Family:
         are tracked as after a protobuf scrape, and `pb_body` encodes those again."""
         if self._pb_parts is None:
             dirty = self.dirty
-            if dirty:
-                n = min(budget, len(dirty))
+            if self._pb_lines < 0:
+                self._pb_lines = len(dirty)  # no more than were there: changes go on meanwhile
+            if dirty and self._pb_lines > 0:
+                n = min(budget, len(dirty), self._pb_lines)
                 batch = dirty[len(dirty) - n:]
                 del dirty[len(dirty) - n:]
                 for s in batch:
                     if s.line is None:
                         s.render()
                 self._body = None
-                return len(dirty) + len(self.series)
+                self._pb_lines -= n
+                return len(self.series) + self._pb_lines
+            self._pb_lines = -1
             self._pb_parts, self._pb_body = {}, None
             self._pb_todo, self._pb_next = list(self.series.values()), 0
             self._pb_late.clear()
@@ -159,7 +164,7 @@ class Family:
         todo = self._pb_todo
         if parts is None:
             parts = self._pb_parts = {s: encode(m, s.values, s) for s in self.series.values()}
-            self._pb_body = None
+            self._pb_body, self._pb_lines = None, -1
         elif self._pb_changed:
             series, scalar = self.series, m.kind is not Kind.HISTOGRAM
             for s in self._pb_changed:

@@ -16,20 +16,33 @@ import asyncio
 from collections.abc import Iterator
 
 from exporter.sinks.metrics.family import Family, Registry
+from exporter.sinks.metrics.table import SHIFT
 
 # One slice's work: ~10-40 ms on one core (bench/protobuf.py prints the longest slice).
 SLICE_SERIES = 5_000
 SLICE_CHUNKS = 100  # table chunks, all columns (CHUNK rows each)
 
 
-def prime_steps(registry: Registry) -> Iterator[None]:
-    """Encode what the next protobuf render would, yielding after each slice."""
+def prime_steps(registry: Registry, series: int | None = None,
+                chunks: int | None = None) -> Iterator[None]:
+    """Encode what the next protobuf render would, yielding after each slice of `series`
+    series or `chunks` table chunks (default: SLICE_SERIES, SLICE_CHUNKS)."""
+    series = series or SLICE_SERIES
+    chunks = chunks or SLICE_CHUNKS
+    # Each family's slices are capped by what it had to do at the start: with changes arriving
+    # between slices faster than a slice encodes, priming would otherwise never end (the render
+    # encodes whatever is left).
     for fam in registry.visible():
         if isinstance(fam, Family):
-            while fam.pb_prime(SLICE_SERIES):
+            cap = (len(fam.dirty) + len(fam.series)) // series + 2
+            while fam.pb_prime(series) and cap:
+                cap -= 1
                 yield
         elif fam.table is not None and fam.index == 0:  # a table's chunks: once for all columns
-            while fam.table.pb_prime(SLICE_CHUNKS):
+            table = fam.table
+            cap = (len(table.blocks) >> SHIFT) // chunks + 2
+            while table.pb_prime(chunks) and cap:
+                cap -= 1
                 yield
     # the last slice of each family ends without a yield: the caller's render follows
 
