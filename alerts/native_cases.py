@@ -42,7 +42,8 @@ def bucket_index(value: float) -> int:
 
 
 def upper(index: int) -> float:
-    return native.upper_bound(index, SCHEMA)
+    """The inclusive upper bound of native bucket `index`: base^index, base = 2^(2^-schema)."""
+    return 2.0 ** (index * 2.0**-SCHEMA)
 
 
 def _expand(values: str) -> list[int]:

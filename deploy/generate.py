@@ -13,6 +13,10 @@ Derived, and therefore generated rather than hand-written:
   listed file that is missing, and the alerts and dashboards may not exist yet).
 - `overlays/sharded/statefulset.yaml`: the base Deployment's pod template as a StatefulSet, so
   every security and probe setting of the base holds for shards too.
+- `components/native-histograms/`: the kustomize Component that swaps in the native-histogram
+  rules (`alerts/rules/native/`, the same PrometheusRule names, so other components and the
+  alerts' record names still line up) and dashboards (`dashboards/json/native/`, each replacing
+  the classic dashboard it is the native form of).
 
 `python -m deploy` writes them; `python -m deploy --check` exits 1 when any is stale, and
 tests/test_deploy.py fails the same way.
@@ -37,6 +41,10 @@ SCHEMAS = ROOT / "schemas"
 ALERT_RULES = ROOT / "alerts" / "rules"
 DASHBOARDS = ROOT / "dashboards" / "json"
 GENERATED = DEPLOY / "base" / "generated"
+# The component selecting the native-histogram rules and dashboards (alerts/rules/native/,
+# dashboards/json/native/) for a Prometheus that scrapes native histograms.
+NATIVE = DEPLOY / "components" / "native-histograms"
+NATIVE_SUFFIX = "-native"  # dashboards/json/native/<classic stem>-native.json replaces <stem>
 
 NAME = "zaroz-exporter"
 GROUP = "units.zaroz.cloud"
@@ -341,11 +349,70 @@ def outputs() -> dict[Path, str]:
         HEADER.format(sources="alerts/rules/ and dashboards/json/")
         + yaml.dump(kustomization, Dumper=_Dumper, sort_keys=False)
     )
+    files.update(native_component())
     files[DEPLOY / "overlays" / "sharded" / "statefulset.yaml"] = dump(
         [statefulset()], "deploy/base/deployment.yaml and SHARDS in deploy/generate.py")
     files[DEPLOY / "overlays" / "dev" / "crd.yaml"] = dump(
         [crd()], "schemas/unit-signal-spec.schema.json and schemas/unit-signal-status.schema.json")
     return files
+
+
+def native_component() -> dict[Path, str]:
+    """components/native-histograms: the native rules as patches of the classic PrometheusRules
+    (a PrometheusRule is a custom resource: its groups list is replaced whole), the native
+    dashboards as resources (namespaced and labelled as the base's, which a component's own
+    resources do not get), and deletions of the classic dashboards they replace."""
+    files: dict[Path, str] = {}
+    rules = prometheus_rules(ALERT_RULES / "native")
+    classic = {r["metadata"]["name"] for r in prometheus_rules()}
+    missing = {r["metadata"]["name"] for r in rules} - classic
+    if missing:
+        raise ValueError(f"native rule files without a classic one to replace: {missing}")
+    boards = dashboard_configmaps(DASHBOARDS / "native")
+    replaced = []
+    for b in boards:
+        b["metadata"]["namespace"] = NAME
+        b["metadata"]["labels"].update({"app.kubernetes.io/name": NAME,
+                                        "app.kubernetes.io/part-of": "zaroz-units"})
+        (stem,) = (Path(n).stem for n in b["data"])
+        if stem.endswith(NATIVE_SUFFIX) and (DASHBOARDS / f"{stem[:-len(NATIVE_SUFFIX)]}.json"
+                                             ).exists():
+            replaced.append(f"{NAME}-dashboard-{_dns_name(stem[:-len(NATIVE_SUFFIX)])}")
+    kustomization: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component"}
+    if boards:
+        files[NATIVE / "dashboards.yaml"] = dump(boards, "dashboards/json/native/*.json")
+        kustomization["resources"] = ["dashboards.yaml"]
+    patches: list[dict[str, str]] = []
+    if rules:
+        files[NATIVE / "prometheusrules.yaml"] = dump(rules, "alerts/rules/native/*.yaml")
+        patches.append({"path": "prometheusrules.yaml"})
+    patches += [{"patch": yaml.dump({"$patch": "delete", "apiVersion": "v1", "kind": "ConfigMap",
+                                     "metadata": {"name": n}}, sort_keys=False)}
+                for n in sorted(replaced)]
+    if patches:
+        kustomization["patches"] = patches
+    files[NATIVE / "kustomization.yaml"] = (
+        HEADER.format(sources="alerts/rules/native/ and dashboards/json/native/")
+        + _NATIVE_USAGE + yaml.dump(kustomization, Dumper=_Dumper, sort_keys=False))
+    return files
+
+
+_NATIVE_USAGE = """\
+# For a Prometheus that scrapes native histograms (Prometheus 2.40+ with
+# --enable-feature=native-histograms; Prometheus Operator: `enableFeatures: [native-histograms]`
+# in the Prometheus resource, kube-prometheus-stack: prometheus.prometheusSpec.enableFeatures;
+# Prometheus 3.x: scrape_native_histograms). Such a Prometheus asks the exporter for protobuf and
+# keeps only the native form of its histograms (2.4x ignores the classic buckets sent beside
+# them), so the classic rules and the classic units dashboard would read nothing. This component
+# replaces them with the native ones; record names are the same, so the other dashboards and
+# the alerts are unchanged. Use it in your overlay (deploy/overlays/native-histograms does):
+#
+#   resources:
+#     - ../../base            # or ../sharded, ../dev
+#   components:
+#     - ../../components/native-histograms
+"""
 
 
 def stale() -> list[Path]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ OVERLAYS = {
     "persistent-state": ROOT / "deploy" / "overlays" / "persistent-state",
     "webhook-ingress": ROOT / "deploy" / "overlays" / "webhook-ingress",
     "tls": ROOT / "deploy" / "overlays" / "tls",
+    "native-histograms": ROOT / "deploy" / "overlays" / "native-histograms",
 }
 STATEFUL = ("sharded", "persistent-state")
 K8S_VERSIONS = ("1.28.0", "1.37.0")  # oldest and newest that kubernetes-validate ships, in use
@@ -305,6 +307,74 @@ def test_prometheusrules_and_dashboards_are_in_the_build() -> None:
     for board in boards:
         for text in board["data"].values():
             assert json.loads(text)["title"]
+
+
+def _rule_groups(path: Path) -> list[dict[str, Any]]:
+    return yaml.safe_load(path.read_text())["groups"]
+
+
+def _exprs(docs: list[dict[str, Any]]) -> list[str]:
+    return [r["expr"] for d in docs if d["kind"] == "PrometheusRule"
+            for g in d["spec"]["groups"] for r in g["rules"]]
+
+
+def test_native_histograms_overlay_swaps_rules_and_units_dashboard() -> None:
+    """components/native-histograms: the PrometheusRules hold alerts/rules/native/ (no classic
+    `_bucket`/`_count` read left), the native units dashboard replaces the classic one, the
+    rest is the base's."""
+    base, native = build("base"), build("native-histograms")
+    for name in ("recording", "alerts"):
+        got = _one(native, "PrometheusRule", f"zaroz-exporter-{name}")["spec"]["groups"]
+        assert got == _rule_groups(generate.ALERT_RULES / "native" / f"{name}.yaml")
+        assert got != _rule_groups(generate.ALERT_RULES / f"{name}.yaml")
+    assert any("histogram_fraction(" in e for e in _exprs(native))
+    assert not any(re.search(r"_seconds_(bucket|count|sum)\b", e) for e in _exprs(native))
+    assert any(re.search(r"_seconds_bucket\b", e) for e in _exprs(base))  # the classic ones do
+
+    def boards(docs: list[dict[str, Any]]) -> dict[str, str]:
+        return {n: t for d in docs if d["kind"] == "ConfigMap"
+                and d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+                for n, t in d["data"].items()}
+
+    assert set(boards(native)) == set(boards(base)) - {"zaroz-units.json"} | {
+        "zaroz-units-native.json"}
+    assert "_bucket" not in "".join(boards(native).values())
+    assert "_bucket" in boards(base)["zaroz-units.json"]
+    nb = _one(native, "ConfigMap", "zaroz-exporter-dashboard-zaroz-units-native")
+    assert nb["metadata"]["namespace"] == "zaroz-exporter"
+    # Everything else is the base's, object for object.
+    def key(d: dict[str, Any]) -> tuple[str, str]:
+        return d["kind"], d["metadata"]["name"]
+
+    rest = {key(d): d for d in native if d["kind"] not in ("PrometheusRule", "ConfigMap")}
+    assert rest == {key(d): d for d in base if d["kind"] not in ("PrometheusRule", "ConfigMap")}
+
+
+def test_native_histograms_component_composes_with_sharded_and_runbooks(tmp_path: Path) -> None:
+    """The component in an operator's overlay over the sharded one, with the runbook base."""
+    import os
+
+    deploy = Path(os.path.relpath(ROOT / "deploy", tmp_path))
+    (tmp_path / "runbooks.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "zaroz-exporter-runbooks",
+                     "annotations": {"config.kubernetes.io/local-config": "true"}},
+        "data": {"base": "https://wiki.example.internal/zaroz/runbooks"}}))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [str(deploy / "overlays" / "sharded"), "runbooks.yaml"],
+        "components": [str(deploy / "components" / "native-histograms"),
+                       str(deploy / "components" / "runbook-base")]}))
+    out = subprocess.run([_kubectl(), "kustomize", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert _one(docs, "StatefulSet")
+    assert any("histogram_fraction(" in e for e in _exprs(docs))
+    urls = [r["annotations"]["runbook_url"] for d in docs if d["kind"] == "PrometheusRule"
+            for g in d["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert urls and all(u.startswith("https://wiki.example.internal/zaroz/runbooks#")
+                        for u in urls)
 
 
 # The UnitSignal CRD of the dev overlay.
