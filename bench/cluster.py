@@ -1289,7 +1289,7 @@ class ClusterBench:
                 times[w].append(timed_call(cases[w]))
         if model.objects:
             raise RuntimeError("a foreign object reached shard 0's model")
-        skipped = reg["zaroz_kube_objects_decoded_total"].labels("*", "metadata").value
+        skipped = reg.counter("zaroz_kube_objects_decoded_total").labels("*", "metadata").value
         print(f"\n3c. foreign objects on shard 0 of 4: {len(foreign):,} of {self.n:,} objects "
               f"are other shards'; {events:,} MODIFIED lines of them per case and round, best of "
               f"{self.args.repeat}, interleaved; none reached the model, "

@@ -110,7 +110,7 @@ def build_zaroz(
                catalog.READY_BUCKETS, "seconds"),
     )
     reg = Registry((*catalog.METRICS, *extra))  # the catalog too: MetricsServer needs its gauges
-    g, h = reg[GAUGE], reg[HIST]
+    g, h = reg.gauge(GAUGE), reg.histogram(HIST)
     rng = random.Random(1)
     for vals in gauges:
         g.labels(*vals).set(first_value(rng))

@@ -54,9 +54,9 @@ class MetricsServer:
         self.readiness = readiness or (lambda: (True, "no sources"))
         self.gzip_level = gzip_level
         self.links = links or {}
-        self._series = registry["zaroz_exporter_series"].labels()
-        self._duration = registry["zaroz_exporter_last_scrape_duration_seconds"].labels()
-        self._bytes = registry["zaroz_exporter_last_scrape_bytes"].labels()
+        self._series = registry.gauge("zaroz_exporter_series").labels()
+        self._duration = registry.gauge("zaroz_exporter_last_scrape_duration_seconds").labels()
+        self._bytes = registry.gauge("zaroz_exporter_last_scrape_bytes").labels()
         self.app = web.Application()
         self.overview = Overview(registry, self.readiness, extra_links=self.links)
         self.overview.install(self.app)  # `/`, /api/overview, dashboards' JSON, docs
@@ -101,8 +101,8 @@ class MetricsServer:
     def _by_source(self) -> None:
         """zaroz_exporter_series and the per-source series/render seconds of the scrape just
         sent (one walk of the families)."""
-        series = self.registry["zaroz_exporter_source_series"]
-        render_s = self.registry["zaroz_exporter_source_render_seconds"]
+        series = self.registry.gauge("zaroz_exporter_source_series")
+        render_s = self.registry.gauge("zaroz_exporter_source_render_seconds")
         by_source = self.registry.series_by_source()
         self._series.set(sum(by_source.values()))
         for source, n in by_source.items():

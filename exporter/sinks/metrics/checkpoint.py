@@ -8,11 +8,11 @@ from exporter.vocabulary import SAVE_RESULTS
 
 class CheckpointMetrics:
     def __init__(self, registry: Registry) -> None:
-        saves = registry["zaroz_checkpoint_saves_total"]
+        saves = registry.counter("zaroz_checkpoint_saves_total")
         self._saves = {r: saves.labels(r) for r in SAVE_RESULTS}
-        self._save_at = registry["zaroz_checkpoint_last_save_timestamp_seconds"].labels()
-        self._save_s = registry["zaroz_checkpoint_last_save_duration_seconds"].labels()
-        self._save_bytes = registry["zaroz_checkpoint_bytes"].labels()
+        self._save_at = registry.gauge("zaroz_checkpoint_last_save_timestamp_seconds").labels()
+        self._save_s = registry.gauge("zaroz_checkpoint_last_save_duration_seconds").labels()
+        self._save_bytes = registry.gauge("zaroz_checkpoint_bytes").labels()
 
     def saved(self, result: str, unix_time: float = 0.0, seconds: float = 0.0,
               size: int = 0) -> None:

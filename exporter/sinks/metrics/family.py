@@ -1,16 +1,30 @@
-"""Metric families and the registry built from the catalog."""
+"""Metric families and the registry built from the catalog.
+
+One family class per metric kind, as in prometheus_client: `labels` on a `CounterFamily` gives a
+`CounterSeries`, on a `HistogramFamily` a `HistogramSeries`, so a caller's type says which
+methods it may call. The registry hands them out by kind (`Registry.counter`, `.gauge`,
+`.histogram`), checking the catalog's kind at wiring time. Rendering is shared (`Family`).
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar, cast
 
 from exporter import catalog
 from exporter.catalog import Kind, Metric
 from exporter.sinks.metrics import protobuf
 from exporter.sinks.metrics.native import DEFAULT_NATIVE, NativeConfig
-from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
+from exporter.sinks.metrics.series import (
+    CallbackSeries,
+    CounterCallback,
+    CounterSeries,
+    GaugeCallback,
+    GaugeSeries,
+    HistogramSeries,
+    Series,
+)
 from exporter.sinks.metrics.table import TableFamily
 
 # Families computed from the event log: held back for a workload still catching up on a log it
@@ -28,7 +42,12 @@ class Held:
         self.version = 0
 
 
-class Family:
+S = TypeVar("S", bound=Series | HistogramSeries)
+
+
+class Family(Generic[S]):
+    """The series of one metric, by label values; renders only what changed (see series.py)."""
+
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
         "_pb_late", "_pb_lines", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "dirty",
@@ -44,7 +63,7 @@ class Family:
         self._held_version = self._pb_held_version = 0
         # Histograms only: native buckets beside the classic ones (None: classic only).
         self.native = native if metric.kind is Kind.HISTOGRAM else None
-        self.series: dict[tuple[str, ...], Series | HistogramSeries] = {}
+        self.series: dict[tuple[str, ...], S] = {}
         self.dirty: list[Series | HistogramSeries] = []
         self.live: list[CallbackSeries] = []
         self.bounds_ns = tuple(round(b * 1e9) for b in metric.buckets)
@@ -62,31 +81,25 @@ class Family:
         self._pb_late: list[Series | HistogramSeries] = []
         self._pb_lines = -1  # text lines priming may still render before it encodes (-1: unset)
 
-    def _shown(self) -> Iterable[Series | HistogramSeries]:
+    def _shown(self) -> Iterable[S]:
         held = self.held
         if held is None or not held.names:
             return self.series.values()
         i, names = self.wl_index, held.names
         return [s for k, s in self.series.items() if k[i] not in names]
 
-    def labels(self, *values: str) -> Series | HistogramSeries:
+    def labels(self, *values: str) -> S:
         s = self.series.get(values)
         if s is None:
             if len(values) != len(self.metric.labels):
                 raise ValueError(f"{self.metric.name} takes labels {self.metric.labels}")
-            cls = HistogramSeries if self.metric.kind is Kind.HISTOGRAM else Series
-            s = self.series[values] = cls(self, values)
+            s = self.series[values] = self._new(values)
             if self._pb_todo is not None:
                 self._pb_late.append(s)
         return s
 
-    def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> CallbackSeries:
-        """A series whose value `fn` gives at each scrape."""
-        self.remove(*values)
-        s = self.series[values] = CallbackSeries(self, values, fn)
-        if self._pb_todo is not None:
-            self._pb_late.append(s)
-        return s
+    def _new(self, values: tuple[str, ...]) -> S:
+        raise NotImplementedError
 
     def remove(self, *values: str) -> None:
         s = self.series.pop(values, None)
@@ -100,12 +113,12 @@ class Family:
     def _refresh(self) -> None:
         """Render the lines of what changed since the last call (any format's)."""
         tracked = self._pb_parts is not None
-        for s in self.live:
-            old = s.line
-            if s.render() != old:
+        for c in self.live:
+            old = c.line
+            if c.render() != old:
                 self._body = self._pb_body = None
                 if tracked:
-                    self._pb_changed.append(s)
+                    self._pb_changed.append(c)
         if self.dirty:
             for s in self.dirty:
                 if s.line is None:
@@ -166,12 +179,12 @@ class Family:
             parts = self._pb_parts = {s: encode(m, s.values, s) for s in self.series.values()}
             self._pb_body, self._pb_lines = None, -1
         elif self._pb_changed:
-            series, scalar = self.series, m.kind is not Kind.HISTOGRAM
+            series = self.series
             for s in self._pb_changed:
                 if series.get(s.values) is s and (todo is None or s in parts):  # not removed
                     old = parts.get(s)
-                    parts[s] = protobuf.rescale(old, s.value) if scalar and old is not None \
-                        else encode(m, s.values, s)  # type: ignore[union-attr]
+                    parts[s] = protobuf.rescale(old, s.value) \
+                        if old is not None and isinstance(s, Series) else encode(m, s.values, s)
         self._pb_changed.clear()
         if todo is not None:  # primed: what priming had not reached yet, in series order
             series = self.series
@@ -202,17 +215,69 @@ class Family:
         if held is not None and held.version != self._held_version:
             self._held_version = held.version
             self._body = None
-        if self._body is None:
-            self._body = b"".join([s.line for s in self._shown()])  # type: ignore[misc]
+        body = self._body
+        if body is None:
+            # _refresh rendered every series whose line was cleared: no line is None here.
+            body = self._body = b"".join(cast(list[bytes], [s.line for s in self._shown()]))
             self._om_body = None
         if not openmetrics:
-            return self._body
-        if self._om_body is None:
+            return body
+        om_body = self._om_body
+        if om_body is None:
             shown = list(self._shown())
-            om = [s.om_line or s.line for s in shown]
-            self._om_body = b"".join(om) if any(s.om_line for s in shown) \
-                else self._body  # type: ignore[arg-type]
-        return self._om_body  # type: ignore[return-value]
+            if any(s.om_line for s in shown):
+                om_body = b"".join(cast(list[bytes], [s.om_line or s.line for s in shown]))
+            else:
+                om_body = body
+            self._om_body = om_body
+        return om_body
+
+
+class CounterFamily(Family[CounterSeries]):
+    __slots__ = ()
+
+    def _new(self, values: tuple[str, ...]) -> CounterSeries:
+        return CounterSeries(self, values)
+
+    def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> CounterCallback:
+        """A series whose value `fn` gives at each scrape (a count kept elsewhere)."""
+        self.remove(*values)
+        s = self.series[values] = CounterCallback(self, values, fn)
+        if self._pb_todo is not None:
+            self._pb_late.append(s)
+        return s
+
+
+class GaugeFamily(Family[GaugeSeries]):
+    """Gauges, and info metrics (exposed as gauges set to 1)."""
+
+    __slots__ = ()
+
+    def _new(self, values: tuple[str, ...]) -> GaugeSeries:
+        return GaugeSeries(self, values)
+
+    def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> GaugeCallback:
+        """A series whose value `fn` gives at each scrape."""
+        self.remove(*values)
+        s = self.series[values] = GaugeCallback(self, values, fn)
+        if self._pb_todo is not None:
+            self._pb_late.append(s)
+        return s
+
+
+class HistogramFamily(Family[HistogramSeries]):
+    __slots__ = ()
+
+    def _new(self, values: tuple[str, ...]) -> HistogramSeries:
+        return HistogramSeries(self, values)
+
+
+AnyFamily = CounterFamily | GaugeFamily | HistogramFamily
+_CLASSES: dict[Kind, type[AnyFamily]] = {
+    Kind.COUNTER: CounterFamily, Kind.GAUGE: GaugeFamily, Kind.INFO: GaugeFamily,
+    Kind.HISTOGRAM: HistogramFamily,
+}
+F = TypeVar("F", CounterFamily, GaugeFamily, HistogramFamily, TableFamily)
 
 
 class Extra(Protocol):
@@ -230,14 +295,14 @@ class Registry:
                  native: NativeConfig | None = DEFAULT_NATIVE) -> None:
         """`native`: the histograms' native buckets (None: classic buckets only)."""
         self.held = Held()
-        self.families: dict[str, Family | TableFamily] = {
-            m.name: TableFamily(m) if m.per_object else Family(m, self.held, native)
+        self.families: dict[str, AnyFamily | TableFamily] = {
+            m.name: TableFamily(m) if m.per_object else _CLASSES[m.kind](m, self.held, native)
             for m in metrics
         }
         self.extras: list[Extra] = []
         self.hidden: frozenset[str] = frozenset()  # families not exported (families.py)
         self.render_seconds: dict[str, float] = {}  # by group, of the last render (exposition)
-        self._visible: list[Family | TableFamily] | None = None
+        self._visible: list[AnyFamily | TableFamily] | None = None
 
     def select(self, included: Callable[[str], bool]) -> None:
         """Export only the families `included` accepts (call before anything is recorded)."""
@@ -247,7 +312,7 @@ class Registry:
     def exported(self, name: str) -> bool:
         return name not in self.hidden
 
-    def visible(self) -> list[Family | TableFamily]:
+    def visible(self) -> list[AnyFamily | TableFamily]:
         """The exported families, in catalog order."""
         if self._visible is None:
             self._visible = [f for n, f in self.families.items() if n not in self.hidden]
@@ -266,14 +331,30 @@ class Registry:
             self.held.names = names
             self.held.version += 1
 
-    def __getitem__(self, name: str) -> Family:
-        return self.families[name]  # type: ignore[return-value]
+    def __getitem__(self, name: str) -> AnyFamily | TableFamily:
+        """Any family by name (to read it; to record, ask for its kind: `counter`, ...)."""
+        return self.families[name]
+
+    def _of(self, cls: type[F], name: str) -> F:
+        fam = self.families[name]
+        if not isinstance(fam, cls):
+            raise TypeError(f"{name} is a {fam.metric.kind} metric, not a {cls.__name__}"
+                            + (" (per object)" if isinstance(fam, TableFamily) else ""))
+        return fam
+
+    def counter(self, name: str) -> CounterFamily:
+        return self._of(CounterFamily, name)
+
+    def gauge(self, name: str) -> GaugeFamily:
+        """A gauge or info family."""
+        return self._of(GaugeFamily, name)
+
+    def histogram(self, name: str) -> HistogramFamily:
+        return self._of(HistogramFamily, name)
 
     def table(self, name: str) -> TableFamily:
-        fam = self.families[name]
-        if not isinstance(fam, TableFamily):
-            raise TypeError(f"{name} is not a per-object metric")
-        return fam
+        """A per-object family."""
+        return self._of(TableFamily, name)
 
     def series_by_source(self) -> dict[str, int]:
         """Series of the exported families by catalog group, and the extras' as `process`."""

@@ -7,7 +7,7 @@ name, so never ambiguous; and not `namespace`, which Prometheus's own target lab
 from __future__ import annotations
 
 from exporter.sinks.metrics.family import Registry
-from exporter.sinks.metrics.series import Series
+from exporter.sinks.metrics.series import CounterSeries, GaugeSeries
 from exporter.vocabulary import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES, scope_label
 
 __all__ = ["KubeMetrics", "scope_label"]
@@ -18,15 +18,15 @@ class KubeMetrics:
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        self._requests = registry["zaroz_kube_requests_total"]
-        self._failures = registry["zaroz_kube_failures_total"]
-        self._relists = registry["zaroz_kube_relists_total"]
-        self._objects = registry["zaroz_kube_objects"]
-        self._synced = registry["zaroz_kube_synced"]
-        self._events = registry["zaroz_kube_watch_events_total"]
-        self._last_event = registry["zaroz_kube_last_watch_event_timestamp_seconds"]
+        self._requests = registry.counter("zaroz_kube_requests_total")
+        self._failures = registry.counter("zaroz_kube_failures_total")
+        self._relists = registry.counter("zaroz_kube_relists_total")
+        self._objects = registry.gauge("zaroz_kube_objects")
+        self._synced = registry.gauge("zaroz_kube_synced")
+        self._events = registry.counter("zaroz_kube_watch_events_total")
+        self._last_event = registry.gauge("zaroz_kube_last_watch_event_timestamp_seconds")
         # (scope, event type) -> its two series: one lookup per watch event, not two label sets
-        self._on_event: dict[tuple[str, str], tuple[Series, Series]] = {}
+        self._on_event: dict[tuple[str, str], tuple[CounterSeries, GaugeSeries]] = {}
 
     def start(self, scope: str) -> None:
         """A reflector starts: its series exist (at 0) before its first answer."""
@@ -35,9 +35,9 @@ class KubeMetrics:
         for reason in KUBE_RELIST_REASONS:
             self._relists.labels(scope, reason)
 
-    def decoded(self, scope: str) -> tuple[Series, Series]:
+    def decoded(self, scope: str) -> tuple[CounterSeries, CounterSeries]:
         """The (metadata-only, whole object) counts of one scope's handler."""
-        fam = self.registry["zaroz_kube_objects_decoded_total"]
+        fam = self.registry.counter("zaroz_kube_objects_decoded_total")
         return fam.labels(scope, "metadata"), fam.labels(scope, "object")
 
     def request(self, scope: str, verb: str, result: str) -> None:
@@ -69,8 +69,8 @@ class KubeMetrics:
         """A reflector stopped for good: drop its series so they do not go stale."""
         for key in [k for k in self._on_event if k[0] == scope]:
             del self._on_event[key]
-        for fam in (self._objects, self._synced, self._last_event):
-            fam.remove(scope)
-        for fam in (self._requests, self._failures, self._relists, self._events):
-            for values in [v for v in fam.series if v[0] == scope]:
-                fam.remove(*values)
+        for gauge in (self._objects, self._synced, self._last_event):
+            gauge.remove(scope)
+        for counter in (self._requests, self._failures, self._relists, self._events):
+            for values in [v for v in counter.series if v[0] == scope]:
+                counter.remove(*values)

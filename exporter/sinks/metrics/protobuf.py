@@ -234,7 +234,7 @@ def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
     tails = _TAILS[tag]
     lines = text.decode().split("\n")  # not splitlines(): values may hold \x1c, \u2028...
     prev = old_text.decode().split("\n") if old else []
-    out = []
+    out: list[bytes] = []
     append, varints, n_old = out.append, _VARINTS, len(old)
     j, nh = 0, len(heads) if head_labels is not None else 0
     row_labels: Sequence[bytes] = ()
@@ -254,8 +254,8 @@ def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
                 if len(tails) >= _PAIRS_MAX:
                     tails.clear()
                 tails[rest] = tail
-            if not row_labels:
-                row_labels = head_labels()  # type: ignore[misc]
+            if not row_labels and head_labels is not None:  # (never None when nh > 0)
+                row_labels = head_labels()
             msg = row_labels[j] + tail
             append(b"\x22" + varints[len(msg)] + msg if len(msg) < 16384 else field(0x22, msg))
             j += 1

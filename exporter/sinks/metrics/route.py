@@ -9,13 +9,13 @@ class RouteMetrics:
     """Small calls the tailer and its supervisor make; one place that knows the metric names."""
 
     def __init__(self, registry: Registry) -> None:
-        self._requests = registry["zaroz_route_requests_total"]
-        self._head = registry["zaroz_route_head_seq"]
-        self._caught_up = registry["zaroz_route_caught_up"]
-        self._success = registry["zaroz_route_last_success_timestamp_seconds"]
-        self._expired = registry["zaroz_route_cursor_expired_total"]
-        self._workloads = registry["zaroz_route_workloads"].labels()
-        self._discovery = registry["zaroz_route_discovery_total"]
+        self._requests = registry.counter("zaroz_route_requests_total")
+        self._head = registry.gauge("zaroz_route_head_seq")
+        self._caught_up = registry.gauge("zaroz_route_caught_up")
+        self._success = registry.gauge("zaroz_route_last_success_timestamp_seconds")
+        self._expired = registry.counter("zaroz_route_cursor_expired_total")
+        self._workloads = registry.gauge("zaroz_route_workloads").labels()
+        self._discovery = registry.counter("zaroz_route_discovery_total")
 
     def start(self, workload: str) -> None:
         """A tailer starts: its series exist (at 0) before its first answer."""

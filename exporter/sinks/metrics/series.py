@@ -10,14 +10,28 @@ import math
 import re
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from exporter.catalog import Metric
 from exporter.model.traceids import trace_hex
-from exporter.sinks.metrics.native import NativeBuckets
+from exporter.sinks.metrics.native import NativeBuckets, NativeConfig
 from exporter.timestamps import parse_rfc3339_ns
 
-if TYPE_CHECKING:
-    from exporter.sinks.metrics.family import Family
+
+class Owner(Protocol):
+    """What a series needs of its family (`family.Family`): its metric, and the lists it joins
+    when its value changes."""
+
+    @property
+    def metric(self) -> Metric: ...
+    @property
+    def dirty(self) -> list[Series | HistogramSeries]: ...
+    @property
+    def live(self) -> list[CallbackSeries]: ...
+    @property
+    def bounds_ns(self) -> tuple[int, ...]: ...
+    @property
+    def native(self) -> NativeConfig | None: ...
 
 
 def format_value(v: float) -> str:
@@ -47,11 +61,11 @@ def label_block(names: tuple[str, ...], values: tuple[str, ...], extra: str = ""
 
 
 class Series:
-    """A counter, gauge or info sample."""
+    """A counter, gauge or info sample; what may change it is its kind's class."""
 
     __slots__ = ("family", "line", "om_line", "prefix", "value", "values")
 
-    def __init__(self, family: Family, values: tuple[str, ...]) -> None:
+    def __init__(self, family: Owner, values: tuple[str, ...]) -> None:
         self.family = family
         self.value: float = 0
         self.prefix = family.metric.name + label_block(family.metric.labels, values) + " "
@@ -66,25 +80,44 @@ class Series:
             self.line = None
             self.family.dirty.append(self)
 
-    def set(self, v: float) -> None:
+    def _set(self, v: float) -> None:
         if v != self.value or type(v) is not type(self.value):
             self.value = v
             if self.line is not None:
                 self.line = None
                 self.family.dirty.append(self)
 
+    def restore(self, v: float) -> None:
+        """Continue from a checkpointed value (sinks.metrics.state)."""
+        self._set(v)
+
     def render(self) -> bytes:
         self.line = (self.prefix + format_value(self.value) + "\n").encode()
         return self.line
 
 
+class CounterSeries(Series):
+    """A counter: only goes up (`inc`), or continues from a checkpoint."""
+
+    __slots__ = ()
+
+
+class GaugeSeries(Series):
+    """A gauge (or an info sample, set to 1)."""
+
+    __slots__ = ()
+
+    set = Series._set  # the same function, not a call through: `set` is on hot paths
+
+
 class CallbackSeries(Series):
-    """A gauge read from its owner at scrape time: for values that change on nearly every event
-    (last seq, units held), which would cost more to push than to pull."""
+    """A sample read from its owner at scrape time: for values that change on nearly every event
+    (last seq, units held), which would cost more to push than to pull, or that another thread
+    writes. `GaugeCallback` and `CounterCallback` are its two kinds."""
 
     __slots__ = ("fn",)
 
-    def __init__(self, family: Family, values: tuple[str, ...], fn: Callable[[], float]) -> None:
+    def __init__(self, family: Owner, values: tuple[str, ...], fn: Callable[[], float]) -> None:
         super().__init__(family, values)
         self.fn = fn
         family.dirty.remove(self)
@@ -93,6 +126,14 @@ class CallbackSeries(Series):
     def render(self) -> bytes:
         self.value = self.fn()
         return super().render()
+
+
+class GaugeCallback(CallbackSeries, GaugeSeries):
+    __slots__ = ()
+
+
+class CounterCallback(CallbackSeries, CounterSeries):
+    __slots__ = ()
 
 
 def exemplar_timestamp(at: str) -> str:
@@ -118,7 +159,7 @@ class HistogramSeries:
         "sum_ns", "values",
     )
 
-    def __init__(self, family: Family, values: tuple[str, ...]) -> None:
+    def __init__(self, family: Owner, values: tuple[str, ...]) -> None:
         m = family.metric
         self.family = family
         self.bounds_ns = family.bounds_ns

@@ -35,6 +35,7 @@ class StandardMetrics:
         self.series = 0  # samples in the last render
 
     def render(self, openmetrics: bool) -> bytes:
+        body: bytes
         if openmetrics:
             body = generate_openmetrics(self.registry)
             body = body[: -len(_EOF)] if body.endswith(_EOF) else body

@@ -10,10 +10,10 @@ them, and they describe this process's writes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from exporter.catalog import Kind
-from exporter.sinks.metrics.family import Family, Registry
+from exporter.sinks.metrics.family import AnyFamily, Family, Registry
 from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries
 
 # Gauges whose value comes from the event log (a units.scaled event), not from this process.
@@ -21,7 +21,7 @@ EVENT_GAUGES = frozenset({"zaroz_workload_desired_units"})
 NOT_RESTORED = frozenset({"zaroz_checkpoint_saves_total"})
 
 
-def _kept(fam: Any) -> bool:
+def _kept(fam: object) -> TypeGuard[AnyFamily]:
     if not isinstance(fam, Family) or fam.metric.name in NOT_RESTORED:
         return False
     kind = fam.metric.kind
@@ -36,7 +36,7 @@ def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
         if not _kept(fam):
             continue
         rows: list[list[Any]] = []
-        for values, s in fam.series.items():  # type: ignore[union-attr]
+        for values, s in fam.series.items():
             if isinstance(s, CallbackSeries):
                 continue  # read from the model at scrape time: restored with the model
             if isinstance(s, HistogramSeries):
@@ -48,7 +48,7 @@ def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
     return out
 
 
-def _fits(fam: Family, rows: list[list[Any]]) -> bool:
+def _fits(fam: AnyFamily, rows: list[list[Any]]) -> bool:
     """Every row has the family's shape now (its labels; its buckets for a histogram)."""
     n = len(fam.metric.labels)
     if fam.metric.kind is Kind.HISTOGRAM:
@@ -68,7 +68,6 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> li
         fam = registry.families.get(name)
         if fam is None or not _kept(fam):
             continue
-        assert isinstance(fam, Family)
         if not _fits(fam, rows):
             skipped.append(name)
             continue
@@ -83,5 +82,5 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> li
                     # are on now, they start empty while the classic counts continue.
                     s.restore_native(native[0])
             elif not isinstance(s, CallbackSeries):
-                s.set(row[n])
+                s.restore(row[n])
     return skipped

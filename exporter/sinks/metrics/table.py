@@ -293,5 +293,5 @@ class RowTable:
 
     def _chunk(self, c: int) -> list[Row]:
         lo, hi = c << SHIFT, (c + 1) << SHIFT
-        return [r for r in zip(self.blocks[lo:hi], self.states[lo:hi], strict=True)
-                if r[0] is not None]
+        return [(b, s) for b, s in zip(self.blocks[lo:hi], self.states[lo:hi], strict=True)
+                if b is not None]

@@ -181,11 +181,11 @@ class UnitSignalMetrics:
         # Families not exported get no column: never rendered. With none left, no rows at all.
         columns = [c for c in columns if registry.exported(c.family.metric.name)]
         self.rows: RowTable | None = RowTable(columns) if columns else None
-        self._observe = registry["zaroz_unitsignal_generation_observe_seconds"]
-        self._ready = registry["zaroz_unitsignal_ready_seconds"]
-        self._ack = registry["zaroz_unitsignal_allocation_ack_seconds"]
-        self._violations = registry["zaroz_unitsignal_conformance_violations_total"]
-        self._skew = registry["zaroz_unitsignal_clock_skew_total"]
+        self._observe = registry.histogram("zaroz_unitsignal_generation_observe_seconds")
+        self._ready = registry.histogram("zaroz_unitsignal_ready_seconds")
+        self._ack = registry.histogram("zaroz_unitsignal_allocation_ack_seconds")
+        self._violations = registry.counter("zaroz_unitsignal_conformance_violations_total")
+        self._skew = registry.counter("zaroz_unitsignal_clock_skew_total")
         self._workloads: set[str] = set()
 
     def attach(self, phases: dict[str, dict[str, dict[Key, float]]]) -> None:
@@ -214,13 +214,13 @@ class UnitSignalMetrics:
         self.rows.put(key, block, new)
 
     def generation_observed(self, workload: str, seconds: float) -> None:
-        self._observe.labels(workload).observe(seconds)  # type: ignore[union-attr]
+        self._observe.labels(workload).observe(seconds)
 
     def ready(self, workload: str, seconds: float) -> None:
-        self._ready.labels(workload).observe(seconds)  # type: ignore[union-attr]
+        self._ready.labels(workload).observe(seconds)
 
     def allocation_ack(self, workload: str, seconds: float) -> None:
-        self._ack.labels(workload).observe(seconds)  # type: ignore[union-attr]
+        self._ack.labels(workload).observe(seconds)
 
     def violation(self, workload: str, rule: str) -> None:
         self._violations.labels(workload, rule).inc()
@@ -236,15 +236,18 @@ class UnitSignalMetrics:
         for rule in vocabulary.VIOLATION_RULES:
             self._violations.labels(workload, rule)
         for phase in vocabulary.PHASES:
-            r["zaroz_workload_unitsignals"].callback(
-                (workload, phase), lambda w=workload, p=phase: len(self._members(w, p))
+            r.gauge("zaroz_workload_unitsignals").callback(
+                (workload, phase), functools.partial(self._count, workload, phase)
             )
-            r["zaroz_workload_unitsignal_oldest_phase_seconds"].callback(
-                (workload, phase), lambda w=workload, p=phase: self._oldest(w, p)
+            r.gauge("zaroz_workload_unitsignal_oldest_phase_seconds").callback(
+                (workload, phase), functools.partial(self._oldest, workload, phase)
             )
 
     def _members(self, workload: str, phase: str) -> dict[Key, float]:
         return self.phases.get(workload, {}).get(phase, {})
+
+    def _count(self, workload: str, phase: str) -> int:
+        return len(self._members(workload, phase))
 
     def _oldest(self, workload: str, phase: str) -> float:
         members = self._members(workload, phase)

@@ -9,12 +9,12 @@ from exporter.vocabulary import DELIVERY_RESULTS
 
 class WebhookMetrics:
     def __init__(self, registry: Registry) -> None:
-        fam = registry["zaroz_webhook_deliveries_total"]
+        fam = registry.counter("zaroz_webhook_deliveries_total")
         self._deliveries = {r: fam.labels(r) for r in DELIVERY_RESULTS}
-        self._backfills = registry["zaroz_webhook_backfills_total"]
-        self._cursor = registry["zaroz_webhook_cursor"]
-        self._last = registry["zaroz_webhook_last_delivery_timestamp_seconds"]
-        self._secrets = registry["zaroz_webhook_secrets"].labels()
+        self._backfills = registry.counter("zaroz_webhook_backfills_total")
+        self._cursor = registry.gauge("zaroz_webhook_cursor")
+        self._last = registry.gauge("zaroz_webhook_last_delivery_timestamp_seconds")
+        self._secrets = registry.gauge("zaroz_webhook_secrets").labels()
 
     def delivery(self, result: str) -> None:
         self._deliveries[result].inc()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from exporter import vocabulary
 from exporter.sinks.metrics.family import Registry
-from exporter.sinks.metrics.series import HistogramSeries, Series
+from exporter.sinks.metrics.series import CounterSeries
 
 EXIT_CODES = frozenset(vocabulary.EXIT_CODES)
 REASON_LIMIT = 20  # distinct failure/destroy reasons kept per workload; the rest are `other`
@@ -53,31 +53,28 @@ class WorkloadMetrics:
         r = registry
         self.workload = w
         self._at: Callable[[], str] = _no_clock
-        self._events = r["zaroz_events_total"]
-        self._event_series: dict[str, Series] = {}
-        self._dup = r["zaroz_events_duplicate_total"]
-        self._refetched = r["zaroz_events_refetched_total"]
-        self._pings = r["zaroz_webhook_pings_total"]
-        self._invalid = r["zaroz_events_invalid_total"]
-        self._gaps = r["zaroz_events_gaps_total"].labels(w)
-        self._missing = r["zaroz_events_missing_total"].labels(w)
-        self._skew = r["zaroz_events_clock_skew_total"]
-        self._ready: HistogramSeries = r["zaroz_unit_ready_seconds"].labels(w)  # type: ignore[assignment]
-        self._ack: HistogramSeries = r["zaroz_unit_allocation_ack_seconds"].labels(w)  # type: ignore[assignment]
-        self._drain = r["zaroz_unit_drain_seconds"]
-        self._allocs = {
-            o: r["zaroz_unit_allocations_total"].labels(w, o)
-            for o in vocabulary.ALLOCATION_OUTCOMES
-        }
-        self._startups = {
-            o: r["zaroz_unit_startups_total"].labels(w, o) for o in vocabulary.STARTUP_OUTCOMES
-        }
-        self._exits = r["zaroz_unit_exits_total"]
-        self._failures = r["zaroz_unit_failures_total"]
-        self._destroyed = r["zaroz_unit_destroyed_total"]
+        self._events = r.counter("zaroz_events_total")
+        self._event_series: dict[str, CounterSeries] = {}
+        self._dup = r.counter("zaroz_events_duplicate_total")
+        self._refetched = r.counter("zaroz_events_refetched_total")
+        self._pings = r.counter("zaroz_webhook_pings_total")
+        self._invalid = r.counter("zaroz_events_invalid_total")
+        self._gaps = r.counter("zaroz_events_gaps_total").labels(w)
+        self._missing = r.counter("zaroz_events_missing_total").labels(w)
+        self._skew = r.counter("zaroz_events_clock_skew_total")
+        self._ready = r.histogram("zaroz_unit_ready_seconds").labels(w)
+        self._ack = r.histogram("zaroz_unit_allocation_ack_seconds").labels(w)
+        self._drain = r.histogram("zaroz_unit_drain_seconds")
+        allocs, startups = r.counter("zaroz_unit_allocations_total"), r.counter(
+            "zaroz_unit_startups_total")
+        self._allocs = {o: allocs.labels(w, o) for o in vocabulary.ALLOCATION_OUTCOMES}
+        self._startups = {o: startups.labels(w, o) for o in vocabulary.STARTUP_OUTCOMES}
+        self._exits = r.counter("zaroz_unit_exits_total")
+        self._failures = r.counter("zaroz_unit_failures_total")
+        self._destroyed = r.counter("zaroz_unit_destroyed_total")
         self._failure_reason = BoundedLabel()
         self._destroy_reason = BoundedLabel()
-        self._desired = r["zaroz_workload_desired_units"]
+        self._desired = r.gauge("zaroz_workload_desired_units")
         for reason in vocabulary.INVALID_REASONS:
             self._invalid.labels(w, reason)
         for m in vocabulary.SKEW_MEASUREMENTS:
@@ -104,7 +101,7 @@ class WorkloadMetrics:
     def applied(self, type_label: str, seq: int) -> None:
         s = self._event_series.get(type_label)
         if s is None:
-            s = self._event_series[type_label] = self._events.labels(  # type: ignore[assignment]
+            s = self._event_series[type_label] = self._events.labels(
                 self.workload, type_label
             )
         s.inc()
@@ -137,7 +134,7 @@ class WorkloadMetrics:
             self._ack.observe_exemplar(ack_ns, self.workload, unit_id, self._at())
 
     def drain(self, unit_id: str, reason: str, ns: int) -> None:
-        self._drain.labels(self.workload, reason).observe_exemplar(  # type: ignore[union-attr]
+        self._drain.labels(self.workload, reason).observe_exemplar(
             ns, self.workload, unit_id, self._at()
         )
 

@@ -345,8 +345,8 @@ class TraceBuilder:
         if end < start:
             end = start
             a["zaroz.clock_skew"] = True
-        events = sorted(((name, ns_of(t) if type(t) is str else t, ea) for name, t, ea in u.events),
-                        key=_at)
+        events = sorted(((name, ns_of(t) if isinstance(t, str) else t, ea)
+                         for name, t, ea in u.events), key=_at)
         self.out(SpanRecord("unit", u.trace_id, u.root_id, 0, start, end, a, events, u.error))
 
     # -- event handlers (unit state, occurred_at, data) -----------------------------------------

@@ -150,7 +150,7 @@ class CountingProcessor(SpanProcessor):
         st = self.stats
         st.spans += 1
         q = self._queue
-        if q is not None and len(q) >= q.maxlen:  # type: ignore[operator]
+        if q is not None and len(q) >= q.maxlen:
             if self.backpressure:
                 self.inner.force_flush()
             else:
@@ -454,8 +454,8 @@ class TraceSink:
                              ("zaroz_traces_spans_exported_total", "exported"),
                              ("zaroz_traces_spans_dropped_total", "dropped"),
                              ("zaroz_traces_export_failures_total", "export_failures")):
-            registry[name].callback((), functools.partial(self.count, field_))
-        registry["zaroz_traces_units_tracked"].callback((), self.units_tracked)
+            registry.counter(name).callback((), functools.partial(self.count, field_))
+        registry.gauge("zaroz_traces_units_tracked").callback((), self.units_tracked)
 
     def count(self, field_: str) -> int:
         """A counter as exposed: continued from the checkpoint; with one, as of its last save."""
