@@ -7,9 +7,10 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from exporter import __version__, vocabulary
+from exporter.model.unitsignals import Key
 from exporter.overview.history import BOUNDS, MEASUREMENTS, History, Snapshot, delta, take
 from exporter.overview.quantiles import bucket_quantile
 from exporter.sinks.metrics.family import Registry
@@ -31,8 +32,8 @@ def _num(v: float) -> float | None:
 def _by_workload(registry: Registry, name: str, label: int | None = None) -> dict[str, Any]:
     """Counter values per workload (summed), or per workload and the label at `label`."""
     out: dict[str, Any] = {}
-    for key, s in registry[name].series.items():
-        v = int(s.value)  # type: ignore[union-attr]
+    for key, s in registry.counter(name).series.items():
+        v = int(s.value)
         if label is None:
             out[key[0]] = out.get(key[0], 0) + v
         else:
@@ -43,8 +44,8 @@ def _by_workload(registry: Registry, name: str, label: int | None = None) -> dic
 
 def _gauge(registry: Registry, name: str) -> dict[tuple[str, ...], float]:
     """Gauge values; those read at scrape time (CallbackSeries) are read now."""
-    return {k: s.fn() if isinstance(s, CallbackSeries) else s.value  # type: ignore[union-attr]
-            for k, s in registry[name].series.items()}
+    return {k: s.fn() if isinstance(s, CallbackSeries) else s.value
+            for k, s in registry.gauge(name).series.items()}
 
 
 def _measurement(history: History, current: Snapshot, window: float, wl: str, m: str
@@ -73,18 +74,19 @@ def _signals(registry: Registry, now: float) -> dict[str, Any]:
     if table is None:
         return {"watched": False, "total": 0, "lagging": 0, "oldest_unobserved": [],
                 "stuck_invalid_spec": []}
-    lagging: list[tuple[float, tuple[str, str], Any]] = []
-    invalid: list[tuple[float, tuple[str, str], Any]] = []
+    lagging: list[tuple[float, Key, Any]] = []
+    invalid: list[tuple[float, Key, Any]] = []
     states = table.states
-    for key, slot in table.slots.items():
+    # The only table with this column is UnitSignalMetrics.rows, keyed by (namespace, name).
+    for key, slot in cast("dict[Key, int]", table.slots).items():
         s = states[slot]
         if s is None:
             continue
         if s.generation_lag > 0:
             since = s.pending_since if s.pending_since is not None else now
-            lagging.append((since, key, s))  # type: ignore[arg-type]
+            lagging.append((since, key, s))
             if s.stuck_invalid_spec:
-                invalid.append((since, key, s))  # type: ignore[arg-type]
+                invalid.append((since, key, s))
 
     def row(since: float, key: tuple[str, str], s: Any) -> dict[str, Any]:
         return {"namespace": key[0], "name": key[1], "workload": s.workload,

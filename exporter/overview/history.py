@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from exporter import catalog
 from exporter.sinks.metrics.family import Registry
-from exporter.sinks.metrics.series import HistogramSeries
 
 # What the page calls each headline histogram, and its family.
 MEASUREMENTS = (
@@ -38,9 +37,7 @@ def take(registry: Registry, at: float, prev: Snapshot | None = None) -> Snapsho
     workload costs the ring no memory."""
     out: dict[str, dict[str, Counts]] = {}
     for m, fam in MEASUREMENTS:
-        for labels, s in registry[fam].series.items():
-            if not isinstance(s, HistogramSeries):
-                continue
+        for labels, s in registry.histogram(fam).series.items():
             per = out.setdefault(labels[0], {})
             old = per.get(m)
             per[m] = tuple(s.counts) if old is None else tuple(

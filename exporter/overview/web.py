@@ -9,6 +9,7 @@ import importlib.resources
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -67,7 +68,7 @@ class Overview:
     def scraped(self) -> None:
         self.last_scrape = self.clock()
 
-    def data(self) -> dict:
+    def data(self) -> dict[str, Any]:
         now = self.clock()
         self.history.tick(now)
         return overview(self.registry, self.history, self.readiness, now, self.last_scrape)

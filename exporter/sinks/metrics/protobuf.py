@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 from exporter.catalog import Kind, Metric
 from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import ZERO_THRESHOLD
+from exporter.sinks.metrics.series import HistogramSeries, Series
 from exporter.timestamps import parse_rfc3339_ns
 
 if TYPE_CHECKING:
     from exporter.sinks.metrics.family import Registry
-    from exporter.sinks.metrics.series import HistogramSeries, Series
 
 PROCESS = "process"  # render_seconds' key of the extras (exposition.PROCESS)
 PROTOBUF_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
@@ -122,8 +122,8 @@ def histogram_metric(labels: bytes, s: HistogramSeries) -> bytes:
     for i, ub in enumerate(s.family.metric.buckets):
         acc += s.counts[i]
         b = b"\x08" + varint(acc) + b"\x11" + _pack_double(ub)
-        if ex is not None and ex[i] is not None:
-            b += field(0x1A, _exemplar(ex[i]))  # type: ignore[arg-type]
+        if ex is not None and (e := ex[i]) is not None:
+            b += field(0x1A, _exemplar(e))
         h.append(field(0x1A, b))
     nb = s.native
     if nb is not None:
@@ -139,9 +139,9 @@ def histogram_metric(labels: bytes, s: HistogramSeries) -> bytes:
 
 def series_metric(m: Metric, values: tuple[str, ...], s: Series | HistogramSeries) -> bytes:
     labels = label_pairs(m.labels, values)
-    if m.kind is Kind.HISTOGRAM:
-        return histogram_metric(labels, s)  # type: ignore[arg-type]
-    return scalar_metric(m.kind, labels, s.value)  # type: ignore[union-attr]
+    if isinstance(s, HistogramSeries):
+        return histogram_metric(labels, s)
+    return scalar_metric(m.kind, labels, s.value)
 
 
 def gauge_value(v: float) -> bytes:

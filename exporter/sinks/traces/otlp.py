@@ -208,7 +208,7 @@ def otlp_exporter(
 
     if _protocol(protocol) == GRPC:
         try:
-            return transport.grpc_exporter(endpoint=endpoint, timeout=timeout)  # type: ignore[no-any-return]
+            return transport.grpc_exporter(endpoint=endpoint, timeout=timeout)
         except ImportError as e:  # pragma: no cover - depends on the install
             raise RuntimeError(
                 "OTLP over gRPC needs the grpc extra: pip install 'zaroz-exporter[grpc]'"
@@ -315,15 +315,18 @@ class TraceSink:
         self._base = dict.fromkeys(COUNTERS, 0)  # restored from the checkpoint
         self._frozen: dict[str, int] | None = None  # the stats of the last state()
         resource = resource or default_resource()
-        self.encoded = not sdk and encoded_capable(exporter)
-        if self.encoded:
+        self.encoded = False
+        if not sdk and encoded_capable(exporter):
+            self.encoded = True
+            self._encoded_to = exporter
             self.encoder = Encoder(resource.attributes, "zaroz-exporter", __version__)
             self.batcher = Batcher(
                 self._export_encoded, self.stats, max_queue_size=c.max_queue_size,
                 max_batch=c.max_export_batch_size, delay_s=c.schedule_delay_millis / 1000,
                 backpressure=c.backpressure)
-            self.send = self.batcher.put  # type: ignore[method-assign]
+            self.send: Callable[[SpanRecord], None] = self.batcher.put
             return
+        self.send = self._send_sdk
         self._ids = PresetIds()
         self._counting = CountingExporter(exporter, self.stats, export_log)
         batch = BatchSpanProcessor(
@@ -344,7 +347,7 @@ class TraceSink:
         st, n = self.stats, len(batch)
         st.handed += n
         try:
-            ok = self.exporter.export_encoded(self.encoder.request(batch), n)  # type: ignore[attr-defined]
+            ok = self._encoded_to.export_encoded(self.encoder.request(batch), n)
         except Exception:  # an exporter bug must not kill the export thread
             log.exception("OTLP span export raised")
             ok = False
@@ -423,9 +426,9 @@ class TraceSink:
         else:
             self.send(r)
 
-    def send(self, r: SpanRecord) -> None:
-        """SDK pipeline: one finished span record -> one SDK span, ended at once (so the
-        processor queues it). The encoded pipeline replaces this with `Batcher.put`."""
+    def _send_sdk(self, r: SpanRecord) -> None:
+        """SDK pipeline (`send`): one finished span record -> one SDK span, ended at once (so
+        the processor queues it). The encoded pipeline sends with `Batcher.put` instead."""
         ids = self._ids
         ids.trace_id = r.trace_id
         ids.span_id = r.span_id

@@ -10,9 +10,10 @@ exporter, and the sink then goes through SDK spans as before (`encoded_capable`)
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeGuard
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
 
 
 class Encoded(NamedTuple):
@@ -36,7 +37,11 @@ def http_exporter(**kwargs: Any) -> OTLPSpanExporter:
     return OTLPSpanExporter(**kwargs)
 
 
-def grpc_exporter(**kwargs: Any) -> Any:
+class EncodedExporter(Protocol):
+    def export_encoded(self, body: bytes, count: int) -> bool: ...
+
+
+def grpc_exporter(**kwargs: Any) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
         OTLPSpanExporter as GrpcSpanExporter,
     )
@@ -69,5 +74,5 @@ def grpc_exporter(**kwargs: Any) -> Any:
     return GrpcExporter(**kwargs)
 
 
-def encoded_capable(exporter: Any) -> bool:
+def encoded_capable(exporter: object) -> TypeGuard[EncodedExporter]:
     return callable(getattr(exporter, "export_encoded", None))
