@@ -23,7 +23,7 @@ _NS = 1_000_000_000
 _DAY_S = 86_400
 _CACHE_MAX = 4096
 # 10 ** (9 - n) for a fraction of n < 9 digits, indexed by n.
-_FRAC_SCALE = tuple(10 ** (9 - n) for n in range(10))
+_FRAC_SCALE: tuple[int, ...] = tuple(10 ** (9 - n) for n in range(10))
 _D3 = {f"{i:03d}": i for i in range(1000)}
 _DAYS_IN_MONTH = (0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
@@ -174,8 +174,11 @@ def parse_rfc3339_ns(s: str) -> int:
                 return base
             # Whole seconds (API server and agent timestamps): a new second of a known minute.
             minute = _min_utc.get(s[:17])  # a hit proves s[:17] a valid "YYYY-MM-DDTHH:MM:"
-            sec = _S2.get(s[17:19]) if minute is not None else None
-            return _parse_slow(s) if sec is None else minute + sec
+            if minute is not None:
+                sec = _S2.get(s[17:19])
+                if sec is not None:
+                    return minute + sec
+            return _parse_slow(s)
         base = _sec.get(s[:20])  # a hit proves s[:20] is a valid "YYYY-MM-DDTHH:MM:SS."
         if base is None and n >= 0 and s[19] == ".":
             # A new second of a known minute: the minute's hit proves s[:17] valid, _S2 the

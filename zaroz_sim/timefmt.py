@@ -36,7 +36,7 @@ class TimeForm:
 
 def floor_ns(t_ns: int, digits: int) -> int:
     """Floor t_ns to what `digits` fraction digits can express."""
-    step = 10 ** (9 - digits)
+    step: int = 10 ** (9 - digits)  # (digits <= 9)
     return t_ns - t_ns % step
 
 

@@ -206,22 +206,23 @@ class UnitSignalModel:
         generation moved) or a plain dict (decoded untyped: tests, objects that did not fit the
         types). Both take the same path and give the same result."""
         # The hot path of a watch (100k objects): straight-line code, each field read once.
-        if type(obj) is UnitSignal:
+        status: dict[str, Any] | None
+        if isinstance(obj, UnitSignal):
             meta = obj.metadata
             ns, name = meta.namespace, meta.name
             if ns is None or name is None:
                 return None
             key = (ns, name)
-            uid, mgen, labels, status = meta.uid, meta.generation, meta.labels, obj.status
-            status = _loads(status) if len(status) else None
+            uid, mgen, labels, raw = meta.uid, meta.generation, meta.labels, obj.status
+            status = _loads(raw) if len(raw) else None
         else:
             k = _key_of(obj)
             if k is None:
                 return None
             key = k
-            m = obj["metadata"]  # type: ignore[index]
+            m = obj["metadata"]
             uid, mgen, labels = m.get("uid"), m.get("generation"), m.get("labels")
-            status = obj.get("status")  # type: ignore[union-attr]
+            status = obj.get("status")
         t = self.objects.get(key)
         if t is not None and uid is not None and t.uid is not None and uid != t.uid:
             self._forget(key)  # deleted and created again under the same name while away
@@ -254,8 +255,8 @@ class UnitSignalModel:
                 return key  # nothing this exporter reads has changed (a resync, a relist)
             prev = t.status_key
             if (self.status_fast_path and skey is not None and prev is not None
-                    and _measured(skey) == _measured(prev)):
-                self._status_only(key, t, old, status, skey, workload)  # type: ignore[arg-type]
+                    and status is not None and _measured(skey) == _measured(prev)):
+                self._status_only(key, t, old, status, skey, workload)
                 return key
         if not same_status:
             self._validate_status(t, status, skey, workload)
@@ -399,7 +400,7 @@ class UnitSignalModel:
         if alloc_id is not None and (allocs is None or alloc_id not in allocs):
             if allocs is None:
                 allocs = t.allocs = {}
-            start = _seconds(alloc.get("allocatedAt"))  # type: ignore[union-attr]
+            start = _seconds(alloc.get("allocatedAt"))
             if start is None and not first_sight:
                 start = now
             allocs[alloc_id] = [start, False]

@@ -257,8 +257,8 @@ class WorkloadLog:
                     u.last = at
                 elif h is not None:
                     u = units[uid] = Unit(at)
-                if h is not None:
-                    h(u, uid, at, ev["data"], self.obs)  # type: ignore[arg-type]
+                if h is not None and u is not None:  # (u is set whenever h is)
+                    h(u, uid, at, ev["data"], self.obs)
                     if t == "unit.destroyed":
                         del units[uid]
                 if self.tap is not None:

@@ -6,7 +6,7 @@ drawn when it has data (the caller prints "no data" instead), so every `svg.char
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
@@ -131,7 +131,7 @@ def lane(segs: Sequence[tuple[float, float, str, str]], span: float, colors: dic
     return "".join(out)
 
 
-def trend(series: dict[str, Sequence[float | None]], colors: dict[str, str], *,
+def trend(series: Mapping[str, Sequence[float | None]], colors: dict[str, str], *,
           width: int = 300, height: int = 70, start: str = "", end: str = "") -> str:
     """Lines over equal time bins (None: no observation in the bin), y from 0 to the highest."""
     top = max((v for vs in series.values() for v in vs if v is not None), default=None)

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from exporter.model.workload import WorkloadLog
 from exporter.report.summary import EXPIRE_EVERY
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
@@ -222,6 +223,15 @@ def _batches(path: LogFile, cursor: Cursor) -> Iterator[list[Any]]:
             yield batch
 
 
+
+def report_metrics(log: WorkloadLog) -> ReportMetrics:
+    """A log's observer, which the report's pipeline makes a ReportMetrics."""
+    obs = log.obs
+    if not isinstance(obs, ReportMetrics):
+        raise TypeError("not a log of the report's pipeline")
+    return obs
+
+
 def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
                          workload: str | None, cursor: Cursor) -> None:
     """replay.apply_files, telling the cursor which event is being offered (blank lines
@@ -230,7 +240,7 @@ def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
         path = f if isinstance(f, LogFile) else LogFile(f, workload_of(f))
         name = workload or path.workload
         log = pipeline.workload(name)
-        obs: ReportMetrics = log.obs  # type: ignore[assignment]
+        obs = report_metrics(log)
         if obs.timelines.log is None:
             log.tap = _chain(log.tap, obs.timelines.tap_for(log))
         offer, reject = log.offer, log.reject_json
@@ -260,4 +270,4 @@ def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
         cursor.pending.clear()  # lines of another file's waiting events are not this one's
         log.flush()
         pipeline.expire_workload(name, log.clock)
-        log.obs.timelines.finish_all()  # type: ignore[attr-defined]
+        report_metrics(log).timelines.finish_all()

@@ -13,7 +13,7 @@ from exporter.model.traceids import trace_hex
 from exporter.overview import svg
 from exporter.overview.history import BOUNDS
 from exporter.overview.style import CSS, ICON
-from exporter.report.record import Event, ReportMetrics
+from exporter.report.record import Event, ReportMetrics, report_metrics
 from exporter.report.summary import ANOMALIES, anomaly_rows, summary_rows
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
@@ -102,8 +102,8 @@ def _clock(ns: int | None) -> str:
 
 def _segments(evs: list[Event]) -> tuple[list[tuple[float, float, str, str]], float]:
     """A unit's events as phase segments, seconds from its first event; and its length."""
-    times = [(_ns(at), t, seq) for at, t, seq in evs]
-    times = [(n, t, seq) for n, t, seq in times if n is not None]
+    parsed = [(_ns(at), t, seq) for at, t, seq in evs]
+    times = [(n, t, seq) for n, t, seq in parsed if n is not None]
     if not times:
         return [], 0.0
     start = times[0][0]
@@ -186,8 +186,8 @@ def _outcomes(pipeline: Pipeline, wl: str) -> str:
     for title, name, outcomes in (
             ("startups", "zaroz_unit_startups_total", vocabulary.STARTUP_OUTCOMES),
             ("allocations", "zaroz_unit_allocations_total", vocabulary.ALLOCATION_OUTCOMES)):
-        fam = reg[name]
-        parts = [(o, int(fam.series[(wl, o)].value) if (wl, o) in fam.series else 0)  # type: ignore[union-attr]
+        fam = reg.counter(name)
+        parts = [(o, int(fam.series[(wl, o)].value) if (wl, o) in fam.series else 0)
                  for o in outcomes]
         chart = svg.stacked(parts) or '<p class="nodata">none</p>'
         legend = "".join(f'<span><i style="background:{c}"></i>{escape(n)} {v}</span>'
@@ -201,7 +201,7 @@ def render(pipeline: Pipeline, files: list[str]) -> str:
     counts = {r[0]: r for r in anomaly_rows(pipeline)}
     sections = []
     for wl, log in pipeline.logs.items():
-        obs: ReportMetrics = log.obs  # type: ignore[assignment]
+        obs = report_metrics(log)
         ats = [_ns(at) for m in obs.points.values() for _, at, _ in (m[0], m[-1]) if m]
         known = [t for t in ats if t is not None]
         t0, t1 = (min(known), max(known)) if known else (0, 0)

@@ -88,7 +88,13 @@ class View:
 
 
 def _copy(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value))
+    return _obj(orjson.dumps(value))
+
+
+def _obj(raw: bytes) -> Obj:
+    """A stored object, decoded (the store writes only JSON objects)."""
+    obj: Obj = orjson.loads(raw)
+    return obj
 
 
 def _encode(obj: Obj) -> bytes:
@@ -174,7 +180,7 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         spec = _copy(dict(spec))
         if spec == prev["spec"]:
-            return orjson.loads(self.raw[key])
+            return _obj(self.raw[key])
         obj = orjson.loads(self.raw[key])
         obj["spec"] = spec
         obj["metadata"]["generation"] += 1
@@ -193,7 +199,7 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         status = merge_patch(prev.get("status"), _copy(dict(merge_patch_body)))
         if status == prev.get("status"):
-            return orjson.loads(self.raw[key])
+            return _obj(self.raw[key])
         obj = orjson.loads(self.raw[key])
         obj["status"] = status
         self._own(obj, manager or self.status_manager, "status", rfc3339_s(self.clock()))
@@ -211,7 +217,7 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         new = dict(labels or {})
         if new == prev["metadata"].get("labels", {}):
-            return orjson.loads(self.raw[key])
+            return _obj(self.raw[key])
         obj = orjson.loads(self.raw[key])
         meta = obj["metadata"]
         meta.pop("labels", None)
@@ -235,7 +241,7 @@ class ObjectStore:
     # -- reads -----------------------------------------------------------------------------------
 
     def get(self, namespace: str, name: str) -> Obj:
-        return orjson.loads(self.get_raw(namespace, name))
+        return _obj(self.get_raw(namespace, name))
 
     def get_raw(self, namespace: str, name: str) -> bytes:
         return self.raw[self._existing(namespace, name)[0]]
@@ -294,7 +300,7 @@ class ObjectStore:
         else:
             fields = {}
             if obj["metadata"].get("labels"):
-                labels = {f"f:{k}": {} for k in obj["metadata"]["labels"]}
+                labels: Obj = {f"f:{k}": {} for k in obj["metadata"]["labels"]}
                 fields["f:metadata"] = {"f:labels": {".": {}} | labels}
             fields["f:spec"] = _fields(obj["spec"])
         entry: Obj = {"manager": manager, "operation": "Update", "apiVersion": API_VERSION,
@@ -327,4 +333,4 @@ class ObjectStore:
         self.history.append(event)
         for listener in list(self.listeners):
             listener(event)
-        return orjson.loads(raw)
+        return _obj(raw)
