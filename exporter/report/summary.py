@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.workload import WorkloadMetrics
 from exporter.wiring.events import Pipeline
 
 EXPIRE_EVERY = 50_000  # lines between idle-unit sweeps (event clock)
+
+
+@runtime_checkable
+class Sampled(Protocol):
+    """An observer keeping every headline duration: SummaryMetrics, or the report's."""
+
+    @property
+    def samples(self) -> Mapping[str, list[int]]: ...
 
 
 class SummaryMetrics(WorkloadMetrics):
@@ -44,8 +53,8 @@ def quantile(sorted_ns: Sequence[int], q: float) -> float:
 
 
 def _counter(registry: Registry, name: str, workload: str) -> int:
-    fam = registry[name]
-    return int(sum(s.value for k, s in fam.series.items() if k[0] == workload))  # type: ignore[union-attr]
+    fam = registry.counter(name)
+    return int(sum(s.value for k, s in fam.series.items() if k[0] == workload))
 
 
 ANOMALIES = (
@@ -65,7 +74,9 @@ def summary_rows(pipeline: Pipeline) -> list[tuple[str, ...]]:
     decimals, "-" without data); the report shows the same rows."""
     rows = []
     for wl, log in pipeline.logs.items():
-        obs: SummaryMetrics = log.obs  # type: ignore[assignment]
+        obs = log.obs
+        if not isinstance(obs, Sampled):
+            raise TypeError("the summary needs observers that keep their samples")
         for m in MEASURES:
             xs = sorted(obs.samples.get(m, ()))
             qs = [quantile(xs, q) for q in (0.5, 0.95, 0.99)]
@@ -77,9 +88,9 @@ def anomaly_rows(pipeline: Pipeline) -> list[tuple[str, ...]]:
     """(workload, events, each of ANOMALIES, unknown types) as counts."""
     reg = pipeline.registry
     rows = []
-    ev = reg["zaroz_events_total"]
+    ev = reg.counter("zaroz_events_total")
     for wl in pipeline.logs:
-        unknown = sum(s.value for k, s in ev.series.items() if k == (wl, "unknown"))  # type: ignore[union-attr]
+        unknown = sum(s.value for k, s in ev.series.items() if k == (wl, "unknown"))
         rows.append((
             wl, str(_counter(reg, "zaroz_events_total", wl)),
             *(str(_counter(reg, n, wl)) for _, n in ANOMALIES), str(int(unknown)),
