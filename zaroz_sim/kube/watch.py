@@ -73,8 +73,8 @@ class _Stream:
         fault = self.fault
         kind = fault.kind if fault is not None else None
         counted = type_ != "BOOKMARK"
-        truncate = fault is not None and kind is KubeFaultKind.TRUNCATE
-        if truncate and counted and self.events >= fault.after_events:  # type: ignore[union-attr]
+        if (fault is not None and kind is KubeFaultKind.TRUNCATE and counted
+                and self.events >= fault.after_events):
             await self._write(line[: max(1, len(line) // 2)])
             await _cut(self.request)
         if fault is not None and kind is KubeFaultKind.SLOW and fault.between_s > 0:
