@@ -48,6 +48,8 @@ S = TypeVar("S", bound=Series | HistogramSeries)
 class Family(Generic[S]):
     """The series of one metric, by label values; renders only what changed (see series.py)."""
 
+    series_class: type[S]  # what `labels` makes: each kind's family sets it
+
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
         "_pb_late", "_pb_lines", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "dirty",
@@ -93,13 +95,10 @@ class Family(Generic[S]):
         if s is None:
             if len(values) != len(self.metric.labels):
                 raise ValueError(f"{self.metric.name} takes labels {self.metric.labels}")
-            s = self.series[values] = self._new(values)
+            s = self.series[values] = self.series_class(self, values)
             if self._pb_todo is not None:
                 self._pb_late.append(s)
         return s
-
-    def _new(self, values: tuple[str, ...]) -> S:
-        raise NotImplementedError
 
     def remove(self, *values: str) -> None:
         s = self.series.pop(values, None)
@@ -235,9 +234,7 @@ class Family(Generic[S]):
 
 class CounterFamily(Family[CounterSeries]):
     __slots__ = ()
-
-    def _new(self, values: tuple[str, ...]) -> CounterSeries:
-        return CounterSeries(self, values)
+    series_class = CounterSeries
 
     def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> CounterCallback:
         """A series whose value `fn` gives at each scrape (a count kept elsewhere)."""
@@ -252,9 +249,7 @@ class GaugeFamily(Family[GaugeSeries]):
     """Gauges, and info metrics (exposed as gauges set to 1)."""
 
     __slots__ = ()
-
-    def _new(self, values: tuple[str, ...]) -> GaugeSeries:
-        return GaugeSeries(self, values)
+    series_class = GaugeSeries
 
     def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> GaugeCallback:
         """A series whose value `fn` gives at each scrape."""
@@ -267,9 +262,7 @@ class GaugeFamily(Family[GaugeSeries]):
 
 class HistogramFamily(Family[HistogramSeries]):
     __slots__ = ()
-
-    def _new(self, values: tuple[str, ...]) -> HistogramSeries:
-        return HistogramSeries(self, values)
+    series_class = HistogramSeries
 
 
 AnyFamily = CounterFamily | GaugeFamily | HistogramFamily
