@@ -44,7 +44,7 @@ class Backoff:
 
     def ceiling(self) -> float:
         """Upper bound of the next jittered delay."""
-        return min(self.cap, self.base * 2 ** min(self.failures, 62))
+        return min(self.cap, self.base * (1 << min(self.failures, 62)))  # 2 ** n, as an int
 
     def next(self, retry_after: float | None = None, floor: float = 0.0) -> float:
         """The pause before the next attempt; counts one more failure.

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import orjson
 
@@ -68,18 +68,25 @@ def expand(args: Sequence[str], stdin_workload: str = "stdin") -> list[LogFile]:
     return out
 
 
+class Lines(Protocol):
+    """What the readers take of a log (plain or gzip): its lines, in batches or one by one."""
+
+    def readlines(self, hint: int = -1, /) -> list[bytes]: ...
+    def __iter__(self) -> Iterator[bytes]: ...
+
+
 @contextlib.contextmanager
-def open_log(log: LogFile | Path | str) -> Iterator[IO[bytes]]:
+def open_log(log: LogFile | Path | str) -> Iterator[Lines]:
     """The log's bytes, decompressed when they start with the gzip magic (any name)."""
     if isinstance(log, LogFile):
         raw: IO[bytes] = sys.stdin.buffer if log.path is None else open(log.path, "rb")  # noqa: SIM115
     else:
         raw = open(log, "rb")  # noqa: SIM115
     try:
-        peek = raw.peek(2)[:2] if hasattr(raw, "peek") else b""  # type: ignore[attr-defined]
+        peek = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
         if peek == _GZIP_MAGIC:
             with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-                yield gz  # type: ignore[misc]
+                yield gz
         else:
             yield raw
     finally:
