@@ -190,8 +190,8 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     pipeline = Pipeline(Registry(native=config.native), idle_seconds=config.unit_idle_timeout,
                         traces=traces)
     _select_families(pipeline, config.family_filter)
-    pipeline.registry["zaroz_exporter_shard"].labels().set(shard.index)
-    pipeline.registry["zaroz_exporter_shards"].labels().set(shard.total)
+    pipeline.registry.gauge("zaroz_exporter_shard").labels().set(shard.index)
+    pipeline.registry.gauge("zaroz_exporter_shards").labels().set(shard.total)
     owns = shard.owns if shard.total > 1 else None
     backoff = functools.partial(Backoff, min(0.5, config.backoff_max), config.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)

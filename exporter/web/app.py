@@ -76,7 +76,7 @@ class MetricsServer:
         if self.held is not None:
             self.registry.hold(self.held())
         try:
-            chunks = render_checkpointed(self.registry, fmt, self.checkpointer)  # type: ignore[arg-type]
+            chunks = render_checkpointed(self.registry, fmt, self.checkpointer)
         except CheckpointError as e:
             log.error("scrape refused: the checkpoint could not be saved", extra={"error": str(e)})
             return web.Response(status=503, text=f"checkpoint failed: {e}\n")

@@ -38,7 +38,8 @@ from typing import Any
 import orjson
 
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
-from exporter.sinks.metrics.exposition import render
+from exporter.sinks.metrics.exposition import Format, render
+from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.state import metric_state, restore_metrics
 from exporter.wiring.events import Pipeline
 
@@ -208,7 +209,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def render_checkpointed(registry: Any, openmetrics: bool,
+def render_checkpointed(registry: Registry, openmetrics: bool | Format,
                         checkpointer: Checkpointer | None) -> list[bytes]:
     """Save the checkpoint, then render the whole exposition, with no await in between or
     during: the exposition is then exactly the checkpointed state. Raises CheckpointError (the

@@ -39,7 +39,7 @@ class Pipeline:
         if traces is not None:
             traces.idle_ns = self.idle_ns  # traces end when the model forgets the unit
             traces.register(self.registry)
-        build = self.registry["zaroz_exporter_build_info"]
+        build = self.registry.gauge("zaroz_exporter_build_info")
         build.labels(__version__, platform.python_version()).set(1)
 
     def workload(self, name: str, after: int = 0) -> WorkloadLog:
@@ -63,11 +63,12 @@ class Pipeline:
     def _pull(self, name: str, log: WorkloadLog) -> None:
         """Model state that changes on nearly every event is read at scrape time instead."""
         r, key = self.registry, (name,)
-        r["zaroz_events_last_seq"].callback(key, lambda: log.applied_through)
-        r["zaroz_events_last_occurred_timestamp_seconds"].callback(key, lambda: log.clock / 1e9)
-        r["zaroz_events_pending"].callback(key, lambda: len(log.pending))
-        r["zaroz_workload_units_tracked"].callback(key, lambda: len(log.units))
-        r["zaroz_workload_units_expired_total"].callback(key, lambda: log.expired)
+        r.gauge("zaroz_events_last_seq").callback(key, lambda: log.applied_through)
+        r.gauge("zaroz_events_last_occurred_timestamp_seconds").callback(
+            key, lambda: log.clock / 1e9)
+        r.gauge("zaroz_events_pending").callback(key, lambda: len(log.pending))
+        r.gauge("zaroz_workload_units_tracked").callback(key, lambda: len(log.units))
+        r.counter("zaroz_workload_units_expired_total").callback(key, lambda: log.expired)
 
     def expire_workload(self, name: str, now_ns: int) -> None:
         """One workload's idle units (replay runs each on its own event clock)."""

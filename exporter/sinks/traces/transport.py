@@ -66,9 +66,8 @@ def grpc_exporter(**kwargs: Any) -> SpanExporter:
             return int(super()._count_data(data))
 
         def export_encoded(self, body: bytes, count: int) -> bool:
-            # Not spans (the ignore below): the mixin hands `data` only to the two seams above,
-            # which take an Encoded.
             request = Encoded(body, count)
+            # Not spans, which `_export` is typed for: it hands `data` only to the two seams above.
             return self._export(request) is SpanExportResult.SUCCESS  # type: ignore[arg-type]
 
     return GrpcExporter(**kwargs)
