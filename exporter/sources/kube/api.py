@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -112,7 +112,7 @@ class WatchStream:
         self._resp = resp
         self._decode = _decode_typed_event if typed else _decode_event
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncGenerator[dict[str, Any], None]:
         """Close with `contextlib.aclosing` when not read to the end."""
         buf = b""
         try:
@@ -233,14 +233,16 @@ class KubeApi:
             raise _status_error(status, body, headers)
         if type(body) is not dict:
             raise TransportError("invalid_body", "list is not an object")
-        items, meta = body.get("items"), body.get("metadata")
-        if items is None:
-            items = []
-        rv = meta.get("resourceVersion") if type(meta) is dict else None
-        if type(items) is not list or type(rv) is not str or not rv:
+        listed, meta = body.get("items"), body.get("metadata")
+        if listed is None:
+            listed = []
+        if type(meta) is not dict:
+            meta = {}  # then no resourceVersion: refused below
+        rv = meta.get("resourceVersion")
+        if type(listed) is not list or type(rv) is not str or not rv:
             raise TransportError("invalid_body", "list without items or metadata.resourceVersion")
         cont = meta.get("continue")
-        return ListPage(items, rv, cont if type(cont) is str and cont else None)
+        return ListPage(listed, rv, cont if type(cont) is str and cont else None)
 
     @contextlib.asynccontextmanager
     async def watch(
