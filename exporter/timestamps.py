@@ -184,9 +184,10 @@ def parse_rfc3339_ns(s: str) -> int:
             # A new second of a known minute: the minute's hit proves s[:17] valid, _S2 the
             # seconds (":60", a leap second, takes the slow path).
             minute = _min_utc.get(s[:17])
-            sec = _S2.get(s[17:19]) if minute is not None else None
-            if sec is not None:
-                base = _remember_sec(s[:20], minute + sec)  # type: ignore[operator]
+            if minute is not None:
+                sec = _S2.get(s[17:19])
+                if sec is not None:
+                    base = _remember_sec(s[:20], minute + sec)
     else:
         n = len(s) - 26
         if n == -1:
@@ -198,9 +199,10 @@ def parse_rfc3339_ns(s: str) -> int:
         if base is None and n >= 0 and s[19] == ".":
             # A new second of a known minute and offset (see the Z case above).
             minute = _min_off.get(s[:17] + s[-6:])
-            sec = _S2.get(s[17:19]) if minute is not None else None
-            if sec is not None:
-                base = _remember_sec(s[:20] + s[-6:], minute + sec)  # type: ignore[operator]
+            if minute is not None:
+                sec = _S2.get(s[17:19])
+                if sec is not None:
+                    base = _remember_sec(s[:20] + s[-6:], minute + sec)
     if base is None:
         return _parse_slow(s)
     try:  # _D3 holds ASCII digit triples only, so a lookup also validates

@@ -137,14 +137,16 @@ class WorkloadLog:
                         uid = unit["id"]
                         u = units.get(uid)
                         h = handlers.get(t)
-                        if u is not None:
-                            u.last = at
-                        elif h is not None:
-                            u = units[uid] = Unit(at)
                         if h is not None:
-                            h(u, uid, at, obj["data"], obs)  # type: ignore[arg-type]
+                            if u is None:
+                                u = units[uid] = Unit(at)
+                            else:
+                                u.last = at
+                            h(u, uid, at, obj["data"], obs)
                             if t == "unit.destroyed":
                                 del units[uid]
+                        elif u is not None:
+                            u.last = at
                         if tap is not None:
                             tap(uid, t, at, obj["data"], unit.get("key"))
                     except (ValueError, KeyError, TypeError):
@@ -253,14 +255,16 @@ class WorkloadLog:
                 units = self.units
                 u = units.get(uid)
                 h = HANDLERS.get(t)
-                if u is not None:
-                    u.last = at
-                elif h is not None:
-                    u = units[uid] = Unit(at)
-                if h is not None and u is not None:  # (u is set whenever h is)
+                if h is not None:
+                    if u is None:
+                        u = units[uid] = Unit(at)
+                    else:
+                        u.last = at
                     h(u, uid, at, ev["data"], self.obs)
                     if t == "unit.destroyed":
                         del units[uid]
+                elif u is not None:
+                    u.last = at
                 if self.tap is not None:
                     self.tap(uid, t, at, ev["data"], unit.get("key"))
             elif t == "units.scaled":
