@@ -119,11 +119,11 @@ class RowTable:
                 if slot & (CHUNK - 1) == CHUNK - 1:
                     # A chunk just filled with new rows (a sync): render it now, page by page,
                     # rather than all at the first scrape.
-                    c = {slot >> SHIFT}
-                    self.stale |= c
-                    self._render(c)
+                    filled = {slot >> SHIFT}
+                    self.stale |= filled
+                    self._render(filled)
                     if self.pb_parts is not None:
-                        self._pb_render(c)
+                        self._pb_render(filled)
                     return
             self.slots[key] = slot
         self.blocks[slot] = block
@@ -235,7 +235,9 @@ class RowTable:
     def pb_pieces(self, index: int) -> list[bytes]:
         """One column's protobuf chunks as they are now (live ones rendered again)."""
         self.pb_refresh()
-        parts = self.pb_parts[index]  # type: ignore[index]
+        pb = self.pb_parts
+        assert pb is not None  # pb_refresh made it
+        parts = pb[index]
         col = self.columns[index]
         if col.live is not None:
             self._counts()
