@@ -13,12 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__
-from exporter.commands.config import (
-    ConfigError,
-    ServeConfig,
-    native_config,
-    validate_common,
-)
+from exporter.commands.errors import ConfigError
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
@@ -290,16 +285,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_config = None
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "serve":
-            serve_config = ServeConfig.from_args(args)
-        elif args.command == "demo":
-            validate_common(args)
+        if args.command in ("serve", "demo"):  # replay needs none of the checks: not imported
+            from exporter.commands import config
+
+            if args.command == "serve":
+                serve_config = config.ServeConfig.from_args(args)
+            else:
+                config.validate_common(args)
     except ConfigError as e:
         print(e.line(argv[0] if argv and not argv[0].startswith("-") else ""), file=sys.stderr)
         return 2
     if args.command == "replay":
         from exporter.commands import replay
         from exporter.sinks.metrics.exposition import Format
+        from exporter.sinks.metrics.native import NativeConfig
 
         fmt = Format(args.format)
         if args.openmetrics:
@@ -310,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return replay.run(args.files, args.workload, args.summary, fmt,
                           otlp_endpoint=args.otlp_endpoint, report=args.report,
                           explain=args.explain, explain_max=args.explain_max,
-                          native=native_config(args))
+                          native=NativeConfig.from_flags(args.native_histogram_schema,
+                                                         args.native_histogram_max_buckets))
     from exporter.commands import logs
 
     logs.setup(args.log_level, args.log_format)

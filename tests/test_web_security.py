@@ -17,7 +17,8 @@ import bcrypt
 import pytest
 
 from exporter.cli import build_parser
-from exporter.commands.config import ConfigError, ServeConfig
+from exporter.commands.config import ServeConfig
+from exporter.commands.errors import ConfigError
 from exporter.commands.serve import start
 from exporter.web.config import WebConfigError, parse
 from tests.certs import CA

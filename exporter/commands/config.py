@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from exporter.commands.errors import ConfigError
 from exporter.model.sharding import Shard, ordinal_from_pod_name
 from exporter.sinks.metrics.native import NativeConfig
 from exporter.sinks.metrics.selection import FamilyFilter, FamilyListError
@@ -34,18 +35,6 @@ if TYPE_CHECKING:  # imported where used: kubernetes takes ~0.9 s, aiohttp ~0.2 
 
 _LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?")
-
-
-class ConfigError(Exception):
-    """A flag's value cannot work. `line()` is the one line the CLI prints."""
-
-    def __init__(self, flag: str, value: object, cause: str) -> None:
-        super().__init__(f"{flag}: {cause}" if value is None else f"{flag} {value!r}: {cause}")
-        self.flag, self.value, self.cause = flag, value, cause
-
-    def line(self, command: str = "") -> str:
-        prog = f"zaroz-exporter {command}".rstrip()
-        return f"{prog}: error: {self}"
 
 
 def _errno(e: OSError) -> str:
@@ -352,5 +341,5 @@ class ServeConfig:
 
 def native_config(args: argparse.Namespace) -> NativeConfig | None:
     """The registry's NativeConfig from the --native-histogram-* flags (None: classic only)."""
-    schema = args.native_histogram_schema
-    return None if schema is None else NativeConfig(schema, args.native_histogram_max_buckets)
+    return NativeConfig.from_flags(args.native_histogram_schema,
+                                   args.native_histogram_max_buckets)

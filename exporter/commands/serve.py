@@ -16,7 +16,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from exporter.commands.config import ConfigError, ServeConfig
+from exporter.commands.config import ServeConfig
+from exporter.commands.errors import ConfigError
 from exporter.commands.startfrom import prepare_start
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.family import Registry
@@ -100,10 +101,9 @@ class Running:
                 self.checkpointer.save()
 
     async def stop(self) -> None:
-        """Stops the sources, then saves a last checkpoint of everything applied."""
-        await cancel(*self.tasks)
-        for source in reversed(self.sources):  # the intake's gap checks first: they ask tailers
-            await source.stop()
+        """Stops the loops and the sources (the last started first: the intake's gap checks
+        ask the tailers), then the listeners and the session, then saves a last checkpoint of
+        everything applied: `opened` holds them all in that order."""
         await self.opened.aclose()
 
 
@@ -251,12 +251,15 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     for source in (supervisor, kube, intake):
         if source is not None:
             running.sources.append(source)
+            opened.push_async_callback(source.stop)  # also when its start fails half-way
             await source.start()
-    running.tasks.append(asyncio.create_task(
-        _expire_loop(running, config.unit_expiry_interval), name="expire"))
+    loops = {"expire": _expire_loop(running, config.unit_expiry_interval)}
     if checkpointer is not None and config.checkpoint_interval > 0:
-        running.tasks.append(asyncio.create_task(
-            _checkpoint_loop(running, config.checkpoint_interval), name="checkpoint"))
+        loops["checkpoint"] = _checkpoint_loop(running, config.checkpoint_interval)
+    for name, loop in loops.items():
+        task = asyncio.create_task(loop, name=name)
+        running.tasks.append(task)
+        opened.push_async_callback(cancel, task)
     return running
 
 

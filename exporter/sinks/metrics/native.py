@@ -41,6 +41,11 @@ class NativeConfig:
         if self.max_buckets < 0:
             raise ValueError(f"max buckets must be >= 0, not {self.max_buckets}")
 
+    @staticmethod
+    def from_flags(schema: int | None, max_buckets: int) -> NativeConfig | None:
+        """The flags' values as a config; no schema (`off`): None, classic buckets only."""
+        return None if schema is None else NativeConfig(schema, max_buckets)
+
 
 DEFAULT_NATIVE = NativeConfig()
 
