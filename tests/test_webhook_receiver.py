@@ -233,6 +233,15 @@ def test_sign_reproduces_the_platforms_test_vector():
     assert f"t={VECTOR_T},v1={sign(VECTOR_SECRET, VECTOR_T, VECTOR_BODY)}" == VECTOR_HEADER
 
 
+def test_the_simulators_own_signing_reproduces_the_vector_too():
+    """zaroz_sim signs as the platform does, written apart from the exporter's `sign`."""
+    from zaroz_sim.webhook import sign as platform_sign
+
+    assert platform_sign is not sign
+    assert f"t={VECTOR_T},v1={platform_sign(VECTOR_SECRET, VECTOR_T, VECTOR_BODY)}" == \
+        VECTOR_HEADER
+
+
 async def test_a_delivery_signed_as_the_platform_signs_is_accepted(tmp_path: Path):
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(VECTOR_SECRET + b"\n")
