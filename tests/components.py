@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -22,6 +22,16 @@ def require(binary: str) -> str:
     if path is None:
         missing(f"{binary} is not installed (.ci/run installs it)")
     return path
+
+
+def start_prometheus(prometheus: str, config: object, data: object, port: int, *flags: str,
+                     stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """A real Prometheus on 127.0.0.1:`port` with `config` and its TSDB in `data` (paths), plus
+    `flags` (e.g. --enable-feature=native-histograms); stop it with stop_process."""
+    return subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
+        stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:

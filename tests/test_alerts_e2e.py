@@ -47,7 +47,7 @@ from exporter.cli import build_parser
 from exporter.commands.config import ServeConfig
 from exporter.commands.demo import demo_serve_args
 from exporter.commands.serve import start
-from tests.components import missing, require, stop_process
+from tests.components import missing, require, start_prometheus, stop_process
 from tests.serving import free_port
 from tests.test_runbooks import anchors
 from zaroz_sim.cluster import ClusterMirror
@@ -314,12 +314,9 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
                      "--log.level=warn"],
                     stdout=subprocess.DEVNULL, stderr=(tmp / "am.log").open("wb"),
                 ))
-                procs.append(subprocess.Popen(
-                    [prometheus, f"--config.file={tmp}/prometheus.yml",
-                     f"--storage.tsdb.path={tmp}/prom", "--rules.alert.resend-delay=1s",
-                     f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                    stdout=subprocess.DEVNULL, stderr=(tmp / "prom.log").open("wb"),
-                ))
+                procs.append(start_prometheus(
+                    prometheus, tmp / "prometheus.yml", tmp / "prom", prom_port,
+                    "--rules.alert.resend-delay=1s", stderr=(tmp / "prom.log").open("wb")))
                 prom, am = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}"
                 await _run_incident(s, inbox, smtp, mirror, prom, am, tmp)
         finally:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,7 +33,8 @@ from alerts import recording, render
 from alerts.config import DEFAULT_CONFIG, SLO, Config
 from exporter.sinks.metrics.family import Registry
 from exporter.web.app import MetricsServer, start_site
-from tests.components import require, stop_process
+from tests.components import require, start_prometheus, stop_process
+from tests.serving import free_port
 
 THRESHOLD = 45.0
 CONFIG = Config(slos=(SLO("readiness", 0.99, THRESHOLD), DEFAULT_CONFIG.slo("allocation_ack")),
@@ -105,12 +105,9 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
             "scrape_configs": [{"job_name": "zaroz-exporter", "static_configs": [
                 {"targets": [url.removeprefix("http://")]}]}],
         }))
-        port = await _port()
-        proc = subprocess.Popen(
-            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-             "--enable-feature=native-histograms"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port = free_port()
+        proc = start_prometheus(prometheus, cfg, f"{tmp}/data", port,
+                                "--enable-feature=native-histograms")
         try:
             async with aiohttp.ClientSession() as session:
                 p = Prometheus(session, f"http://127.0.0.1:{port}")
@@ -147,8 +144,3 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
 async def _has(p: Prometheus, expr: str, n: int) -> bool:
     return len(await p.result(expr)) >= n
 
-
-async def _port() -> int:
-    from tests.serving import free_port
-
-    return free_port()

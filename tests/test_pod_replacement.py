@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -17,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from exporter.wiring.events import Pipeline
-from tests.components import require
+from tests.components import require, start_prometheus
 from tests.serving import Serve, free_port, scrape
 from tests.simlogs import finite_logs, value
 from zaroz_sim.config import SimConfig
@@ -88,10 +87,7 @@ async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Pat
                             "static_configs": [{"targets": [
                                 f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]}]}],
     }))
-    server = subprocess.Popen(
-        [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path}/data",
-         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start_prometheus(prometheus, cfg, tmp_path / "data", prom_port)
     prom = f"http://127.0.0.1:{prom_port}"
     seen_catching_up = False
     try:

@@ -25,7 +25,7 @@ import pytest
 from alerts import alerting, recording, render
 from alerts.config import DEFAULT_CONFIG
 from exporter import catalog
-from tests.components import require, stop_process
+from tests.components import require, start_prometheus, stop_process
 from tests.serving import free_port
 from tools import promql
 
@@ -134,11 +134,7 @@ def prom() -> Iterator[Prom]:
              "--history", "60"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        server = subprocess.Popen(
-            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        server = start_prometheus(prometheus, cfg, f"{tmp}/data", prom_port)
         try:
             p = Prom(f"http://127.0.0.1:{prom_port}")
             _wait("prometheus ready", lambda: _ok(f"{p.base}/-/ready"), 20)

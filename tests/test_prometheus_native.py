@@ -26,7 +26,7 @@ import pytest
 import dashboards
 from alerts import recording, render
 from exporter import catalog
-from tests.components import require, stop_process
+from tests.components import require, start_prometheus, stop_process
 from tests.serving import free_port
 from tests.simlogs import finite_logs
 from tests.test_prometheus_integration import DEMO, Prom, _get, _ok, query_failures
@@ -78,11 +78,8 @@ def proms() -> Iterator[tuple[Prom, Prom]]:
             servers = []
             for name, flags in (("native", ["--enable-feature=native-histograms"]), ("text", [])):
                 port = free_port()
-                procs.append(subprocess.Popen(
-                    [prometheus, f"--config.file={configs[name]}",
-                     f"--storage.tsdb.path={tmp}/{name}",
-                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
-                    **quiet))
+                procs.append(start_prometheus(prometheus, configs[name], f"{tmp}/{name}", port,
+                                              *flags))
                 servers.append(Prom(f"http://127.0.0.1:{port}"))
             for p in servers:
                 _wait("prometheus ready", lambda p=p: _ok(f"{p.base}/-/ready"), 20)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.server
 import json
 import math
-import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from exporter.sinks.metrics.native import NativeBuckets, NativeConfig
 from exporter.sinks.metrics.protobuf import PROTOBUF_TYPE
 from exporter.sinks.metrics.series import format_value
 from tests import pbdecode
-from tests.components import require, stop_process
+from tests.components import require, start_prometheus, stop_process
 from tests.serving import free_port
 from tests.simlogs import assert_matches_truth, finite_logs
 from tests.test_prometheus_integration import Prom, _ok, _wait
@@ -113,11 +112,8 @@ def test_a_native_prometheus_loads_the_saved_protobuf(files, capsysbinary):
         cfg.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [
             {"job_name": "replay", "static_configs": [
                 {"targets": [f"127.0.0.1:{httpd.server_address[1]}"]}]}]}))
-        proc = subprocess.Popen(
-            [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-             "--enable-feature=native-histograms"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = start_prometheus(prometheus, cfg, f"{tmp}/data", port,
+                                "--enable-feature=native-histograms")
         try:
             p = Prom(f"http://127.0.0.1:{port}")
             _wait("prometheus ready", lambda: _ok(f"{p.base}/-/ready"), 20)
