@@ -221,11 +221,9 @@ def records(n: int) -> list[SpanRecord]:
     return [SpanRecord("busy", 7, i + 1, 99, 10**18, 10**18 + i, {}) for i in range(n)]
 
 
-def test_dropped_spans_are_counted_when_the_queue_is_tiny():
-    exp = BlockingExporter()
-    sink = TraceSink(exp, TraceConfig(max_queue_size=4, max_export_batch_size=2,
-                                      schedule_delay_millis=10))
-    p = Pipeline(traces=sink)
+def overflow(sink: TraceSink) -> None:
+    """50 spans into a sink whose exporter blocks: the first is handed to the exporter (waited
+    for), the other 49 meet a full queue."""
     sink.emit(records(1)[0])
     pause = threading.Event()
     for _ in range(1000):  # until the worker took the first span and blocks in export
@@ -235,6 +233,14 @@ def test_dropped_spans_are_counted_when_the_queue_is_tiny():
     assert sink.stats.handed == 1
     for r in records(50)[1:]:
         sink.emit(r)
+
+
+def test_dropped_spans_are_counted_when_the_queue_is_tiny():
+    exp = BlockingExporter()
+    sink = TraceSink(exp, TraceConfig(max_queue_size=4, max_export_batch_size=2,
+                                      schedule_delay_millis=10))
+    p = Pipeline(traces=sink)
+    overflow(sink)
     assert sink.stats.dropped > 0
     exp.release.set()
     sink.shutdown()

@@ -19,7 +19,7 @@ from exporter.sinks.traces.wire import Encoder, varint
 from exporter.wiring.events import Pipeline
 from tests.otlp_receiver import OtlpReceiver, trace_logs
 from tests.simlogs import finite_logs, parse, value
-from tests.test_traces import WL, lifecycle, records
+from tests.test_traces import WL, lifecycle, overflow
 from tests.test_traces_grpc import span_set
 
 ODD = SpanRecord("odd", 2**127 + 5, 2**63 + 7, 9, 1, 2**63 + 1,
@@ -106,15 +106,7 @@ def test_encoded_pipeline_counts_drops_when_the_queue_is_full():
                                       schedule_delay_millis=10), resource=default_resource())
     assert sink.encoded
     p = Pipeline(traces=sink)
-    sink.emit(records(1)[0])
-    pause = threading.Event()
-    for _ in range(1000):  # until the thread took the first span and blocks in export
-        if sink.stats.handed:
-            break
-        pause.wait(0.01)
-    assert sink.stats.handed == 1
-    for r in records(50)[1:]:
-        sink.emit(r)
+    overflow(sink)
     assert sink.stats.dropped == 49 - 4  # the queue holds 4; the rest were refused
     exp.release.set()
     sink.shutdown()
