@@ -10,15 +10,13 @@ exemplars.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from enum import StrEnum
 
 from exporter.catalog import Kind, Metric
 from exporter.sinks.metrics import protobuf
-from exporter.sinks.metrics.family import Family, Registry
+from exporter.sinks.metrics.family import Registry
 
-PROCESS = "process"  # the source of the registry's extras (the process_* and python_* families)
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 PROTOBUF_TYPE = protobuf.PROTOBUF_TYPE
@@ -88,27 +86,14 @@ def render(registry: Registry, openmetrics: bool | Format = False) -> Iterator[b
     if openmetrics is Format.PROTOBUF:
         yield from protobuf.render(registry)
         return
-    openmetrics = openmetrics is True or openmetrics is Format.OPENMETRICS
-    seconds = registry.render_seconds
-    seconds.clear()
-    clock = time.perf_counter
-    for fam in registry.visible():
-        t = clock()
-        if isinstance(fam, Family):
-            body = fam.body(openmetrics)
-            pieces = [body] if body else []
-        else:  # per-object tables: no exemplars, the same lines in both formats; not joined
-            pieces = fam.pieces()
-        group = fam.metric.group
-        seconds[group] = seconds.get(group, 0.0) + clock() - t
-        yield header(fam.metric, openmetrics)
+    om = openmetrics is True or openmetrics is Format.OPENMETRICS
+    # per-object tables: no exemplars, the same lines in both formats
+    for metric, pieces in registry.rendered(lambda f: f.body(om), lambda t: t.pieces(),
+                                            lambda x: x.render(om)):
+        if metric is not None:
+            yield header(metric, om)
         yield from pieces
-    for extra in registry.extras:
-        t = clock()
-        body = extra.render(openmetrics)
-        seconds[PROCESS] = seconds.get(PROCESS, 0.0) + clock() - t
-        yield body
-    if openmetrics:
+    if om:
         yield b"# EOF\n"
 
 

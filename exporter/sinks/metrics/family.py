@@ -9,7 +9,8 @@ methods it may call. The registry hands them out by kind (`Registry.counter`, `.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, Protocol, TypeVar, cast
 
 from exporter import catalog
@@ -30,6 +31,7 @@ from exporter.sinks.metrics.table import TableFamily
 # Families computed from the event log: held back for a workload still catching up on a log it
 # has no checkpoint for (see Registry.hold).
 HELD_GROUPS = frozenset({"lifecycle", "events"})
+PROCESS = "process"  # the render_seconds group of the extras (the process_* and python_* families)
 
 
 class Held:
@@ -310,6 +312,32 @@ class Registry:
         if self._visible is None:
             self._visible = [f for n, f in self.families.items() if n not in self.hidden]
         return self._visible
+
+    def rendered(self, body: Callable[[AnyFamily], bytes],
+                 pieces: Callable[[TableFamily], list[bytes]],
+                 extra: Callable[[Extra], bytes]) -> Iterator[tuple[Metric | None, list[bytes]]]:
+        """Each exported family's rendered pieces (`body` of a plain family, `pieces` of a
+        per-object table, never joined), then each extra's (metric None), in exposition
+        order; the time each took is summed into `render_seconds` by catalog group (the
+        extras under `process`), cleared first. One walk for every format."""
+        seconds = self.render_seconds
+        seconds.clear()
+        clock = time.perf_counter
+        for fam in self.visible():
+            t = clock()
+            if isinstance(fam, TableFamily):
+                out = pieces(fam)
+            else:
+                b = body(fam)
+                out = [b] if b else []
+            group = fam.metric.group
+            seconds[group] = seconds.get(group, 0.0) + clock() - t
+            yield fam.metric, out
+        for x in self.extras:
+            t = clock()
+            b = extra(x)
+            seconds[PROCESS] = seconds.get(PROCESS, 0.0) + clock() - t
+            yield None, [b]
 
     def hold(self, workloads: Iterable[str]) -> None:
         """Leave these workloads' event-log series out of the exposition until released.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import re
 import struct
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,6 @@ from exporter.timestamps import parse_rfc3339_ns
 if TYPE_CHECKING:
     from exporter.sinks.metrics.family import Registry
 
-PROCESS = "process"  # render_seconds' key of the extras (exposition.PROCESS)
 PROTOBUF_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
                  "encoding=delimited")
 
@@ -268,34 +266,20 @@ def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
 
 
 def render(registry: Registry) -> Iterator[bytes]:
-    """The exposition in pieces: each family's length prefix and header, then its metrics,
-    timed by catalog group as the text render is. Families without series are left out (a
-    MetricFamily must hold a metric). The extras (prometheus_client's process collectors) are
-    transcoded from their text."""
-    from exporter.sinks.metrics.family import Family
-
-    seconds = registry.render_seconds
-    seconds.clear()
-    clock = time.perf_counter
-    for fam in registry.visible():
-        t = clock()
-        if isinstance(fam, Family):
-            body = fam.pb_body()
-            pieces, size = ([body] if body else []), len(body)
-        else:  # per-object tables: by chunk, not joined (as in text)
-            pieces = fam.pb_pieces()
-            size = sum(map(len, pieces))
-        group = fam.metric.group
-        seconds[group] = seconds.get(group, 0.0) + clock() - t
+    """The exposition in pieces: each family's length prefix and header, then its metrics
+    (tables by chunk, not joined, as in text), timed as the text render is (Registry.rendered).
+    Families without series are left out (a MetricFamily must hold a metric). The extras
+    (prometheus_client's process collectors) are transcoded from their text."""
+    for metric, pieces in registry.rendered(lambda f: f.pb_body(), lambda t: t.pb_pieces(),
+                                            lambda x: transcode_families(x.render(False))):
+        if metric is None:
+            yield from pieces
+            continue
+        size = sum(map(len, pieces))
         if size:
-            head = family_header(fam.metric)
+            head = family_header(metric)
             yield varint(len(head) + size) + head
             yield from pieces
-    for extra in registry.extras:
-        t = clock()
-        body = transcode_families(extra.render(False))
-        seconds[PROCESS] = seconds.get(PROCESS, 0.0) + clock() - t
-        yield body
 
 
 # prometheus_client's family types -> MetricType, and the Metric field of their values.
