@@ -302,9 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         fmt = Format(args.format)
         if args.openmetrics:
-            if fmt is Format.PROTOBUF:
-                raise SystemExit("zaroz-exporter replay: --openmetrics and --format protobuf "
-                                 "contradict each other")
+            if fmt is Format.PROTOBUF:  # a configuration mistake: one line, exit code 2
+                print(ConfigError("--openmetrics", None, "contradicts --format protobuf")
+                      .line("replay"), file=sys.stderr)
+                return 2
             fmt = Format.OPENMETRICS
         return replay.run(args.files, args.workload, args.summary, fmt,
                           otlp_endpoint=args.otlp_endpoint, report=args.report,

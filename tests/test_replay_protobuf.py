@@ -75,8 +75,10 @@ def test_format_flags(files, capsysbinary):
     om = _replay(capsysbinary, "--format", "openmetrics", *files)
     assert om == _replay(capsysbinary, "--openmetrics", *files)
     assert om.endswith(b"# EOF\n")
-    with pytest.raises(SystemExit, match="contradict"):
-        main(["replay", "--openmetrics", "--format", "protobuf", *files])
+    capsysbinary.readouterr()
+    assert main(["replay", "--openmetrics", "--format", "protobuf", *files]) == 2
+    assert capsysbinary.readouterr().err == (b"zaroz-exporter replay: error: --openmetrics: "
+                                             b"contradicts --format protobuf\n")
     # Classic only: no schema anywhere.
     data = _replay(capsysbinary, "--format", "protobuf", "--native-histogram-schema", "off",
                    *files)
