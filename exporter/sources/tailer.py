@@ -369,7 +369,8 @@ class TailSupervisor:
         if behind:
             return False, f"{len(behind)} of {len(self.tailers)} workloads not caught up: " + (
                 ", ".join(behind[:5]) + (", ..." if len(behind) > 5 else ""))
-        return True, f"{len(self.tailers)} workloads caught up"
+        n = len(self.tailers)
+        return True, f"{n} workload{'' if n == 1 else 's'} caught up"
 
     async def discover_once(self) -> bool:
         """List the route's workloads and match the tailers to them; False when listing failed."""

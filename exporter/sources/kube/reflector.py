@@ -453,4 +453,4 @@ class KubeSource:
                 r.scope for r in behind[:5])
             errors = [r.last_error for r in behind if r.last_error]
             return False, why + (f" (last error: {errors[0]})" if errors else "")
-        return True, f"unitsignals synced in {n} scopes"
+        return True, f"unitsignals synced in {n} scope{'' if n == 1 else 's'}"
