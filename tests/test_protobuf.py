@@ -398,3 +398,21 @@ def test_native_state_round_trips_through_a_series_after_a_scrape():
     assert pbdecode.native_buckets(now.metric[0].histogram) == \
         pbdecode.native_buckets(was.metric[0].histogram) != {}
     assert Registry([metric], native=None)["t_seconds"].labels().native_state() is None
+
+
+def test_a_callback_only_family_keeps_no_growing_protobuf_change_list():
+    """Text scrapes after one protobuf scrape: the change list of a family of callbacks (no
+    dirty series ever) is bounded, and a later protobuf scrape still shows every value."""
+    reg = Registry((Metric("t_cb", Kind.GAUGE, "values read at scrape", ("k",)),))
+    fam = reg.gauge("t_cb")
+    tick = [0]
+    for i in range(100):
+        fam.callback((str(i),), lambda i=i: tick[0] + i)
+    protobuf.render_bytes(reg)  # the protobuf form is kept from here on
+    for t in range(50):
+        tick[0] = t + 1  # every callback's value moves at every text scrape
+        render_bytes(reg)
+    assert len(fam._pb_changed) <= len(fam.series)
+    tick[0] = 1000
+    assert same(pbdecode.samples(protobuf.render_bytes(reg)),
+                text_samples(render_bytes(reg).decode()))

@@ -126,12 +126,14 @@ class Family(Generic[S]):
                     s.render()
             if tracked:
                 self._pb_changed += self.dirty
-                if len(self._pb_changed) > len(self.series):  # no protobuf scrape for long
-                    self._pb_parts = self._pb_todo = None
-                    self._pb_changed.clear()
-                    self._pb_late.clear()
             self.dirty.clear()
             self._body = self._pb_body = None
+        # No protobuf scrape for long (callback series count too): drop the protobuf form
+        # rather than let its change list grow with every text scrape.
+        if tracked and len(self._pb_changed) > len(self.series):
+            self._pb_parts = self._pb_todo = None
+            self._pb_changed.clear()
+            self._pb_late.clear()
 
     def pb_prime(self, budget: int) -> int:
         """Do up to `budget` series' worth of the first protobuf scrape's work ahead of it (in
