@@ -188,6 +188,30 @@ def test_readme_documents_these_layers() -> None:
     assert documented == expected
 
 
+# What the README says the model never does: I/O, clocks, asyncio, threads.
+IMPURE = ("asyncio", "aiohttp", "os", "io", "pathlib", "socket", "subprocess", "threading",
+          "time", "datetime", "random", "logging")
+
+
+def _stdlib_imports(package: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for path in sorted((ROOT / package.replace(".", "/")).rglob("*.py")):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+        out[_module_name(path)] = found
+    return out
+
+
+def test_the_model_does_no_io_reads_no_clock_and_runs_no_loop() -> None:
+    graph = _stdlib_imports("exporter.model")
+    assert len(graph) > 5
+    assert {m: sorted(ts & set(IMPURE)) for m, ts in graph.items() if ts & set(IMPURE)} == {}
+
+
 @pytest.mark.parametrize("module", ["exporter.vocabulary", "exporter.timestamps"])
 def test_the_bottom_imports_nothing_of_the_exporter(module: str) -> None:
     graph = imports("exporter")
