@@ -270,10 +270,14 @@ def test_limit_reduces_resolution_and_keeps_every_count(values, schema, limit):
 
 
 def expected_index(values_ns: list[int], schema: int) -> dict[int, int]:
-    plain = NativeBuckets(NativeConfig(schema, 0))
+    """Bucket index -> count by the schema's definition (as expected_native), not by the code
+    under test: index i holds (2^((i-1)/2^schema), 2^(i/2^schema)]."""
+    out: dict[int, int] = {}
     for x in values_ns:
-        plain.observe_ns(x)
-    return plain.buckets
+        if x:
+            i = math.ceil(math.log2(x / 1e9) * 2**schema - 1e-9)
+            out[i] = out.get(i, 0) + 1
+    return out
 
 
 def test_restore_at_a_finer_schema_is_reduced_to_the_configured_one():
