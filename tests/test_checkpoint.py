@@ -331,3 +331,70 @@ def test_a_workload_held_when_saved_is_marked_held(tmp_path: Path):
     loaded = Checkpointer(tmp_path, q)
     loaded.load()
     assert loaded.held_at_save == {"wl-1"}
+
+
+def _serve_config(state_dir: Path, route_url: str, *more: str):
+    from exporter.cli import build_parser
+    from exporter.commands.config import ServeConfig
+
+    return ServeConfig.from_args(build_parser().parse_args(
+        ["serve", "--listen", "127.0.0.1:0", "--kube", "off", "--events-url", route_url,
+         "--state-dir", str(state_dir), *more]))
+
+
+async def test_a_start_that_cannot_read_the_checkpoint_leaves_it_as_it_was(tmp_path: Path):
+    """The refusal is one line naming --state-dir, and the file it refused is not replaced by
+    an empty state (the next start would then count everything again without a word)."""
+    from exporter.commands.errors import ConfigError
+    from exporter.commands.serve import start
+
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    url = await route.start()
+    try:
+        bad = b'{"v": 2, "workloads": {"wl-1": {"cursor": 7'  # cut short by a full disk
+        (tmp_path / FILE).write_bytes(bad)
+        with pytest.raises(ConfigError, match="--state-dir"):
+            await start(_serve_config(tmp_path, url))
+        assert (tmp_path / FILE).read_bytes() == bad
+    finally:
+        await route.stop()
+
+
+async def test_a_second_exporter_on_the_state_dir_with_traces_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from exporter.commands.errors import ConfigError
+    from exporter.commands.serve import start
+
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    url = await route.start()
+    traced = ("--otlp-endpoint", "http://127.0.0.1:9")  # nothing listens: spans are only queued
+    first = await start(_serve_config(tmp_path, url, *traced))
+    try:
+        with pytest.raises(ConfigError, match=r"--state-dir.*in use by another exporter"):
+            await start(_serve_config(tmp_path, url, *traced))
+    finally:
+        await first.stop()
+        await route.stop()
+
+
+async def test_the_last_save_at_shutdown_keeps_a_backlog_held(tmp_path: Path):
+    """Stopped mid-backlog with no scrape since: the shutdown checkpoint still marks the log
+    held (its counters were never exposed), so the next process holds it too."""
+    from exporter.commands.serve import start
+    from tests.waiting import until
+
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    url = await route.start()
+    wl = next(iter(LOGS))
+    route.append(wl, LOGS[wl])
+    running = await start(_serve_config(tmp_path, url, "--workload", wl, "--page-limit", "1"))
+    try:
+        log = running.pipeline.workload(wl)
+        await until(lambda: log.applied_through >= 5, 20.0)
+        assert log.applied_through < len(LOGS[wl])  # still catching up
+    finally:
+        await running.stop()
+        await route.stop()
+    saved = orjson.loads((tmp_path / FILE).read_bytes())["workloads"][wl]
+    assert saved.get("held") is True

@@ -48,15 +48,12 @@ class Running:
 
     url: str
     pipeline: Pipeline
-    # What start() opened (listeners, the HTTP session, the checkpoint's lock, the trace
-    # sink), closed in the reverse order by stop() once the sources have stopped.
+    # What start() opened, closed in the reverse order by stop(): the loops, the sources, the
+    # last checkpoint, the listeners, the HTTP session, the trace sink, the state dir's lock.
     opened: contextlib.AsyncExitStack
     supervisor: TailSupervisor | None = None
     kube: Any = None  # exporter.sources.kube.reflector.KubeSource
-    traces: Any = None  # exporter.sinks.traces.otlp.TraceSink
-    intake: Intake | None = None
     checkpointer: Checkpointer | None = None
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Workloads whose log came from the checkpoint, exposed before it was saved: never held.
     restored: frozenset[str] = frozenset()
     webhook_url: str | None = None  # --webhook-listen
@@ -94,16 +91,19 @@ class Running:
         return (fresh and t.caught_up and t.head_seq is not None
                 and t.log.applied_through >= t.head_seq)
 
-    def checkpoint(self) -> None:
-        """Save a checkpoint now (periodically and at shutdown); failures are logged."""
+    def save(self) -> None:
+        """A checkpoint of now, between scrapes (periodically and at shutdown), with the
+        workloads held as of now (a scrape updates them too); failures are logged by save."""
         if self.checkpointer is not None:
+            self.pipeline.registry.hold(self.held())
             with contextlib.suppress(CheckpointError):
                 self.checkpointer.save()
 
     async def stop(self) -> None:
         """Stops the loops and the sources (the last started first: the intake's gap checks
-        ask the tailers), then the listeners and the session, then saves a last checkpoint of
-        everything applied: `opened` holds them all in that order."""
+        ask the tailers), saves a last checkpoint of everything applied, then closes the
+        listeners, the session and the trace sink, and lets the state directory go last:
+        `opened` holds them all in that order."""
         await self.opened.aclose()
 
 
@@ -142,7 +142,7 @@ async def _expire_loop(running: Running, interval: float) -> None:
 async def _checkpoint_loop(running: Running, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        running.checkpoint()
+        running.save()
 
 
 def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: Pipeline,
@@ -184,6 +184,13 @@ async def start(config: ServeConfig) -> Running:
 
 async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Running:
     shard = config.shard_config
+    checkpointer: Checkpointer | None = None
+
+    def let_go() -> None:  # the state dir's lock, after everything that writes in it
+        if checkpointer is not None:
+            checkpointer.close()
+
+    opened.callback(let_go)
     traces = _trace_sink(config)
     if traces is not None:  # flushing may block on the collector: not on the loop
         opened.push_async_callback(asyncio.to_thread, traces.shutdown, TRACES_SHUTDOWN_S)
@@ -195,13 +202,6 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     owns = shard.owns if shard.total > 1 else None
     backoff = functools.partial(Backoff, min(0.5, config.backoff_max), config.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)
-    checkpointer = None
-    if config.state_dir:
-        checkpointer = Checkpointer(config.state_dir, pipeline,
-                                    CheckpointMetrics(pipeline.registry))
-        opened.callback(checkpointer.close)
-        # the last save, after every source stopped and before the lock is let go
-        opened.callback(_save_quietly, checkpointer)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     opened.push_async_callback(session.close)
     supervisor = client = None
@@ -211,6 +211,9 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
                              timeout_margin=config.request_timeout_margin)
     restored: frozenset[str] = frozenset()
     try:
+        if config.state_dir:  # locked now: a second exporter on it ends here, in one line
+            checkpointer = Checkpointer(config.state_dir, pipeline,
+                                        CheckpointMetrics(pipeline.registry))
         start_cursor = prepare_start(config.start_from, checkpointer, client)
         if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save
@@ -241,13 +244,16 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
                         max_body=config.webhook_max_body).install(webhook_app)
     config.web_security.install(server.app)
     url = await _listen(opened, server.app, "--listen", config.listen, config.web_security)
-    running = Running(url, pipeline, opened, supervisor, kube, traces=traces,
-                      intake=intake, checkpointer=checkpointer, restored=restored)
+    running = Running(url, pipeline, opened, supervisor, kube, checkpointer=checkpointer,
+                      restored=restored)
     if webhook_app is not None and webhook_app is not server.app:
         assert config.webhook_listen is not None and config.webhook_security is not None
         running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",
                                             config.webhook_listen, config.webhook_security)
     running_box.append(running)
+    # The last save runs once the sources have stopped. Registered only now: a start that
+    # failed before this point (a checkpoint it could not read, a port lost) writes nothing.
+    opened.callback(running.save)
     for source in (supervisor, kube, intake):
         if source is not None:
             running.sources.append(source)
@@ -257,15 +263,8 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     if checkpointer is not None and config.checkpoint_interval > 0:
         loops["checkpoint"] = _checkpoint_loop(running, config.checkpoint_interval)
     for name, loop in loops.items():
-        task = asyncio.create_task(loop, name=name)
-        running.tasks.append(task)
-        opened.push_async_callback(cancel, task)
+        opened.push_async_callback(cancel, asyncio.create_task(loop, name=name))
     return running
-
-
-def _save_quietly(checkpointer: Checkpointer) -> None:
-    with contextlib.suppress(CheckpointError):  # logged by save()
-        checkpointer.save()
 
 
 def webhook_app_for(config: ServeConfig, server: MetricsServer) -> web.Application:

@@ -351,9 +351,8 @@ class TailSupervisor:
     async def stop(self) -> None:
         task, self._discovery_task = self._discovery_task, None
         await cancel(task)
-        tailers = list(self.tailers.values())
-        self.tailers.clear()
-        await asyncio.gather(*(t.stop() for t in tailers))
+        # The tailers stay listed: the last checkpoint still asks which logs are held.
+        await asyncio.gather(*(t.stop() for t in self.tailers.values()))
 
     def ready(self) -> bool:
         """Discovery succeeded once (or workloads were given) and every tailer caught up."""
