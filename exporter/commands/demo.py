@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.commands.config import ServeConfig
+from exporter.commands.errors import ConfigError
 from exporter.commands.serve import Running, run_until_stopped, start
 from exporter.timestamps import parse_rfc3339_ns
 from zaroz_sim.cluster import ClusterMirror
@@ -124,5 +126,9 @@ def _host_port(listen: str) -> tuple[str, int]:
 
 
 def main(args: argparse.Namespace) -> int:
-    asyncio.run(run(args))
+    try:
+        asyncio.run(run(args))
+    except ConfigError as e:  # found only once started (a checkpoint it cannot read, a port lost)
+        print(e.line("demo"), file=sys.stderr)
+        return 2
     return 0
