@@ -181,3 +181,14 @@ def test_a_valid_configuration_passes(tmp_path):
     assert args.listen_addr == ("127.0.0.1", 0)
     assert args.kube_access is None
     assert args.shard_config.total == 1
+
+
+def test_every_list_field_of_serve_config_is_kept_as_a_tuple():
+    """A new repeated flag must be named in config._REPEATED, or it would stay a list (or None
+    from the demo) in the frozen config."""
+    from dataclasses import fields
+
+    from exporter.commands.config import _REPEATED, ServeConfig
+
+    assert {f.name for f in fields(ServeConfig) if str(f.type).startswith("tuple[str, ...]")} \
+        == set(_REPEATED)

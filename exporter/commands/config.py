@@ -328,15 +328,16 @@ class ServeConfig:
                   *, bind: bool = True) -> ServeConfig:
         """Check every flag (ConfigError names the first that cannot work), then keep them."""
         validate(args, environ, bind=bind)
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "native":
-                values[f.name] = native_config(args)
-                continue
-            v = getattr(args, f.name, None)
-            values[f.name] = tuple(v or ()) if f.type.startswith("tuple[str, ...]") else v
-        values["kube_skipped"] = values["kube_skipped"] or ""
+        values: dict[str, Any] = {f.name: getattr(args, f.name, None) for f in fields(cls)}
+        for name in _REPEATED:  # lists from argparse (or absent: the demo's), kept immutable
+            values[name] = tuple(values[name] or ())
+        values["native"] = native_config(args)
+        values["kube_skipped"] = values["kube_skipped"] or ""  # set only when auto skipped
         return cls(**values)
+
+
+# ServeConfig's fields that flags give as lists (action="append" or comma-separated).
+_REPEATED = ("workload", "webhook_secret_file", "namespace", "unitsignal_labels_allowlist")
 
 
 def native_config(args: argparse.Namespace) -> NativeConfig | None:
