@@ -64,8 +64,8 @@ def _from_env(flag: str, env: str, raw: str, kw: dict[str, Any]) -> Any:
     kind = kw.get("type", str)
     try:
         value = kind(raw)
-    except argparse.ArgumentTypeError as e:
-        raise ConfigError(f"{env} ({flag})", raw, str(e)) from None
+    except argparse.ArgumentTypeError as e:  # its message quotes the value already
+        raise ConfigError(f"{env} ({flag})", None, str(e)) from None
     except (TypeError, ValueError):
         raise ConfigError(f"{env} ({flag})", raw,
                           f"invalid {getattr(kind, '__name__', 'value')} value") from None

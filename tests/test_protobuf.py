@@ -382,6 +382,7 @@ def test_native_flags_env_vars_and_mistakes(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "ZAROZ_EXPORTER_NATIVE_HISTOGRAM_SCHEMA" in err
     assert "--native-histogram-schema" in err and "-4..8" in err
+    assert err.count("'fine'") == 1  # the value said once
 
 
 def test_native_state_round_trips_through_a_series_after_a_scrape():
