@@ -89,10 +89,11 @@ def registries(draw: st.DrawFn) -> tuple[Registry, list, RowTable]:
                                                  st.integers(0, 20))))
     reg = Registry(metrics, native=native)
     tab = reg.table("t_obj_value")
-    # A column without a protobuf renderer: its text is transcoded (the UnitSignal columns'
-    # renderers are tested below).
-    table = RowTable([Column(tab, lambda rows: "".join(
-        f"{tab.prefix}{b}}} {format_value(s)}\n" for b, s in rows))])
+    # A plain gauge column (the UnitSignal columns' renderers are tested below).
+    table = RowTable([Column(
+        tab, lambda rows: "".join(f"{tab.prefix}{b}}} {format_value(s)}\n" for b, s in rows),
+        pb=lambda rows, labels: protobuf.metric_fields(
+            [lab + protobuf.gauge_value(s) for lab, (_, s) in zip(labels, rows, strict=True)]))])
     return reg, metrics, table
 
 

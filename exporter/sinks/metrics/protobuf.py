@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from exporter.catalog import Kind, Metric
@@ -170,7 +170,7 @@ def family_header(m: Metric) -> bytes:
         varint(_TYPES[m.kind])
 
 
-# -- per-object tables: their chunks' text lines, transcoded once per change -------------------
+# -- text label blocks as LabelPair fields (the tables' row labels, the extras' samples) --------
 
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
 _UNESCAPE = re.compile(r"\\(.)")
@@ -178,9 +178,6 @@ _UNESCAPE = re.compile(r"\\(.)")
 # and, for live columns, across scrapes. Cleared when full, so it stays bounded.
 _PAIRS: dict[str, bytes] = {}
 _PAIRS_MAX = 1 << 15
-# A table line's part after its row's labels (`,activity="idle"} 1`), per Metric field tag, as
-# its encoded extra labels and value.
-_TAILS: dict[int, dict[str, bytes]] = {0x12: {}, 0x1A: {}}
 
 
 def _unescape(v: str) -> str:
@@ -201,11 +198,6 @@ def _pair(text: str) -> bytes:
 
 def encode_labels(block: str) -> bytes:
     """The inside of a text label block (`a="x",b="y"`) as Metric.label fields."""
-    return _labels(block)
-
-
-def _labels(block: str) -> bytes:
-    """The inside of a text label block as Metric.label fields."""
     # Nearly always no backslash: then no value holds a quote, so `",` splits pairs, unless a
     # value starts with a comma (`="` then `,`; the regex below reads those).
     if "\\" not in block and '=",' not in block:
@@ -214,55 +206,6 @@ def _labels(block: str) -> bytes:
         return b"".join([_pair(p if i == last else p + '"') for i, p in enumerate(parts)])
     found = _LABEL.findall(block)
     return label_pairs(tuple(n for n, _ in found), tuple(_unescape(v) for _, v in found))
-
-
-def transcode_lines(kind: Kind, text: bytes, old_text: bytes = b"",
-                    old: Sequence[bytes] = (), heads: Sequence[str] = (),
-                    head_labels: Callable[[], Sequence[bytes]] | None = None) -> list[bytes]:
-    """Text exposition sample lines of one counter or gauge family as MetricFamily.metric
-    fields, one per line (the per-object tables keep only their text).
-
-    `old_text` and `old`: the chunk's previous text and its transcoding; a line unchanged at its
-    place is not parsed again (a changed row leaves the chunk's other rows as they were, and a
-    live column's rows without an age are the same at every scrape). `heads`: the chunk's rows'
-    line starts in order (`name{a="x",b="y"`), and their labels encoded (`head_labels()`, asked
-    for only when a line needs encoding): a
-    line then needs only its own few labels and value parsed (rows a column skips are passed)."""
-    tag = 0x1A if kind is Kind.COUNTER else 0x12
-    tails = _TAILS[tag]
-    lines = text.decode().split("\n")  # not splitlines(): values may hold \x1c, \u2028...
-    prev = old_text.decode().split("\n") if old else []
-    out: list[bytes] = []
-    append, varints, n_old = out.append, _VARINTS, len(old)
-    j, nh = 0, len(heads) if head_labels is not None else 0
-    row_labels: Sequence[bytes] = ()
-    for i, line in enumerate(lines[:-1]):
-        if i < n_old and prev[i] == line:
-            append(old[i])
-            continue
-        while j < nh and not line.startswith(heads[j]):
-            j += 1
-        if j < nh:
-            rest = line[len(heads[j]):]  # `,c="z"} 1` or `} 0`: few distinct ones a column
-            tail = tails.get(rest)
-            if tail is None:
-                extra, _, value = rest.rpartition(" ")
-                tail = (_labels(extra[1:-1]) if len(extra) > 1 else b"") + \
-                    _value(tag, float(value))
-                if len(tails) >= _PAIRS_MAX:
-                    tails.clear()
-                tails[rest] = tail
-            if not row_labels and head_labels is not None:  # (never None when nh > 0)
-                row_labels = head_labels()
-            msg = row_labels[j] + tail
-            append(b"\x22" + varints[len(msg)] + msg if len(msg) < 16384 else field(0x22, msg))
-            j += 1
-            continue
-        head, _, value = line.rpartition(" ")
-        brace = head.find("{")
-        labels = _labels(head[brace + 1:-1]) if brace >= 0 else b""
-        out.append(field(0x22, labels + _value(tag, float(value))))
-    return out
 
 
 def render(registry: Registry) -> Iterator[bytes]:

@@ -38,7 +38,7 @@ class Column:
     """How one family renders the rows of a chunk. `live`: rows whose value is read at each
     scrape (an age); chunks holding one are rendered again for this column on every scrape.
     `pb`: the chunk's rows as protobuf `MetricFamily.metric` fields, given the rows and each
-    row's own labels encoded (None: its text is transcoded, slower)."""
+    row's own labels encoded (every exported column has one; None: text only, for tests)."""
 
     family: TableFamily
     render: Callable[[Sequence[Row]], str]
@@ -285,13 +285,10 @@ class RowTable:
                   labels: Sequence[bytes] | None = None) -> bytes:
         if labels is None:
             labels = [self.pb_labels(b) for b, _ in rows]
-        if col.pb is not None:
-            return col.pb(rows, labels)
-        from exporter.sinks.metrics.protobuf import transcode_lines
-
-        heads = [col.family.prefix + b for b, _ in rows]
-        return b"".join(transcode_lines(col.family.metric.kind, col.render(rows).encode(),
-                                        heads=heads, head_labels=lambda: labels))
+        if col.pb is None:
+            raise TypeError(f"{col.family.metric.name}: a column without a protobuf renderer "
+                            "cannot be scraped as protobuf")
+        return col.pb(rows, labels)
 
     def _chunk(self, c: int) -> list[Row]:
         lo, hi = c << SHIFT, (c + 1) << SHIFT
