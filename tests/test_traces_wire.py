@@ -15,7 +15,8 @@ from exporter import __version__
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.sinks.traces.builder import SpanRecord
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, default_resource, otlp_exporter
-from exporter.sinks.traces.wire import Encoder, varint
+from exporter.sinks.traces.wire import Encoder
+from exporter.sinks.varint import varint
 from exporter.wiring.events import Pipeline
 from tests.otlp_receiver import OtlpReceiver, trace_logs
 from tests.simlogs import finite_logs, parse, value

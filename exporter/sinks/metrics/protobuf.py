@@ -24,6 +24,7 @@ from exporter.catalog import Kind, Metric
 from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import ZERO_THRESHOLD
 from exporter.sinks.metrics.series import HistogramSeries, Series
+from exporter.sinks.varint import SMALL, VARINTS, varint
 from exporter.timestamps import parse_rfc3339_ns
 
 if TYPE_CHECKING:
@@ -35,22 +36,6 @@ PROTOBUF_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.Me
 # MetricType enum values.
 _TYPES = {Kind.COUNTER: 0, Kind.GAUGE: 1, Kind.INFO: 1, Kind.HISTOGRAM: 4}
 _pack_double = struct.Struct("<d").pack
-_SMALL = [bytes([i]) for i in range(128)]
-
-
-# Every varint below 2^14 (two bytes at most: any message length we write but a family's).
-_VARINTS = _SMALL + [bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(128, 1 << 14)]
-
-
-def varint(n: int) -> bytes:
-    if n < 16384:
-        return _VARINTS[n] if n >= 0 else varint(n + (1 << 64))  # int64: two's complement
-    out = bytearray()
-    while n >= 128:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def zigzag(n: int) -> int:
@@ -59,7 +44,7 @@ def zigzag(n: int) -> int:
 
 def field(tag: int, payload: bytes) -> bytes:
     """A length-delimited field: its tag byte (field number << 3 | 2), length and payload."""
-    return _SMALL[tag] + varint(len(payload)) + payload
+    return SMALL[tag] + varint(len(payload)) + payload
 
 
 @functools.lru_cache(maxsize=1024)
@@ -75,7 +60,7 @@ def label_pairs(names: tuple[str, ...], values: tuple[str, ...]) -> bytes:
         ve = v.encode()
         n = len(ve)
         if n + len(nf) < 127:  # nearly always: both lengths fit one byte
-            parts.append(b"\x0a" + _SMALL[len(nf) + 1 + n] + nf + _SMALL[n] + ve)
+            parts.append(b"\x0a" + SMALL[len(nf) + 1 + n] + nf + SMALL[n] + ve)
         else:
             parts.append(field(0x0A, nf + varint(n) + ve))
     return b"".join(parts)
@@ -89,7 +74,7 @@ def rescale(old: bytes, v: float) -> bytes:
 
 def _value(tag: int, v: float) -> bytes:
     """A Gauge/Counter/Untyped message (field 1: double) as field `tag` of Metric."""
-    return _SMALL[tag] + b"\x09\x09" + _pack_double(v)
+    return SMALL[tag] + b"\x09\x09" + _pack_double(v)
 
 
 def scalar_metric(kind: Kind, labels: bytes, v: float) -> bytes:
@@ -159,7 +144,7 @@ def gauge_int(v: int) -> bytes:
 
 def metric_fields(msgs: list[bytes]) -> bytes:
     """Metric messages (labels + value) as MetricFamily.metric fields, joined."""
-    v = _VARINTS
+    v = VARINTS
     return b"".join([b"\x22" + v[len(m)] + m if len(m) < 16384 else field(0x22, m)
                      for m in msgs])
 
@@ -244,7 +229,7 @@ def transcode_families(text: bytes) -> bytes:
             labels = label_pairs(names, tuple(smp.labels[n] for n in names))
             kind_tag = tag if smp.name.endswith("_total") or fam.type != "counter" else 0x2A
             by_name.setdefault(smp.name, []).append(
-                field(0x22, labels + _SMALL[kind_tag] + b"\x09\x09" + _pack_double(smp.value)))
+                field(0x22, labels + SMALL[kind_tag] + b"\x09\x09" + _pack_double(smp.value)))
         for name, metrics in by_name.items():
             t = mtype if not (fam.type == "counter" and not name.endswith("_total")) else 3
             head = field(0x0A, name.encode()) + field(0x12, fam.documentation.encode()) + \

@@ -20,6 +20,7 @@ from struct import Struct
 from typing import Any
 
 from exporter.sinks.traces.builder import SpanRecord
+from exporter.sinks.varint import varint
 
 _Q = Struct("<Q").pack  # fixed64
 _D = Struct("<d").pack  # double
@@ -27,19 +28,6 @@ _KIND_INTERNAL = b"\x30\x01"  # field 6, varint 1
 _FLAGS = b"\x85\x01" + Struct("<I").pack(0x100)  # field 16 fixed32: HAS_IS_REMOTE, not remote
 _STATUS_UNSET = b"\x7a\x00"  # field 15, an empty Status
 _MAX_CACHE = 200_000  # encoded key/value pairs kept; cleared when full (unit ids keep coming)
-
-
-def varint(n: int) -> bytes:
-    if 0 <= n < 0x80:
-        return bytes((n,))
-    if n < 0:
-        n &= (1 << 64) - 1  # int64 as protobuf writes it: ten bytes
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _ld(tag: bytes, payload: bytes) -> bytes:
