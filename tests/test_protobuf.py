@@ -422,3 +422,21 @@ def test_a_callback_only_family_keeps_no_growing_protobuf_change_list():
     tick[0] = 1000
     assert same(pbdecode.samples(protobuf.render_bytes(reg)),
                 text_samples(render_bytes(reg).decode()))
+
+
+def test_a_native_state_this_version_cannot_read_restarts_only_the_native_buckets():
+    """A checkpoint's native part in an unknown form: the family is reported skipped, its
+    classic counts continue, and the native buckets start empty (not an unreadable checkpoint)."""
+    from exporter.sinks.metrics.state import metric_state, restore_metrics
+
+    metric = Metric("t_seconds", Kind.HISTOGRAM, "T.", (), (1.0,))
+    old = Registry([metric], native=NativeConfig(4, 0))
+    for x in (1, 10**9, 3 * 10**9):
+        old.histogram("t_seconds").labels().observe_ns(x)
+    state = metric_state(old)
+    state["t_seconds"][0][-1] = {"schema": "four", "zero_count": 0, "index": [], "count": []}
+    new = Registry([metric], native=NativeConfig(4, 0))
+    assert restore_metrics(new, state) == ["t_seconds"]
+    s = new.histogram("t_seconds").labels()
+    assert (s.count, list(s.counts)) == (3, [2, 1])
+    assert s.native is not None and s.native.buckets == {}

@@ -79,8 +79,13 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> li
                 s.restore(counts, sum_ns, count)
                 if native and native[0] is not None:
                     # Native buckets go on as well; when they were off at the checkpoint and
-                    # are on now, they start empty while the classic counts continue.
-                    s.restore_native(native[0])
+                    # are on now, or kept in a form this version cannot read, they start empty
+                    # while the classic counts continue.
+                    try:
+                        s.restore_native(native[0])
+                    except (ValueError, KeyError, TypeError):
+                        if name not in skipped:
+                            skipped.append(name)
             elif not isinstance(s, CallbackSeries):
                 s.restore(row[n])
     return skipped
