@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import orjson
 
 from exporter.sinks.traces.exportlog import ExportLog, short_error
+from tests.serving import free_port
 from tests.simlogs import finite_logs
 from zaroz_sim.route import RouteServer
 from zaroz_sim.scenario import SimConfig
@@ -26,12 +26,6 @@ LOGS, _ = finite_logs(seed=5, workloads=1, seconds=300)
 # export timeout) against one that gives up after TRACES_SHUTDOWN_S (1 s; ~1.5 s measured).
 # Far from both on a loaded machine, unlike the 2 s it was.
 SHUTDOWN_LIMIT_S = 6.0
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_export_log_warns_once_per_interval(caplog):
@@ -71,7 +65,7 @@ async def test_serve_with_unreachable_collector_warns_once_and_stops_fast():
     route = RouteServer(SimConfig(workloads=1).workload_list())
     route.append(wl, events)
     base = await route.start()
-    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZAROZ_", "OTEL_"))}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "exporter.cli", "serve", "--listen", "127.0.0.1:0",
