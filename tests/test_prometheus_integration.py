@@ -26,6 +26,7 @@ from alerts import alerting, recording, render
 from alerts.config import DEFAULT_CONFIG
 from exporter import catalog
 from tests.components import require, start_prometheus, stop_process
+from tests.promapi import Prom, get, ok, wait
 from tests.serving import free_port
 from tools import promql
 
@@ -63,44 +64,6 @@ sys.exit(demo.main(args))
 CLUSTER = "demo-cluster"
 
 
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return json.load(r)
-
-
-def _ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.status == 200
-
-
-class Prom:
-    def __init__(self, base: str) -> None:
-        self.base = base
-
-    def query(self, expr: str) -> dict[str, Any]:
-        q = urllib.parse.urlencode({"query": expr})
-        try:
-            return _get(f"{self.base}/api/v1/query?{q}")
-        except urllib.error.HTTPError as e:
-            return json.load(e)
-
-    def result(self, expr: str) -> list[dict[str, Any]]:
-        body = self.query(expr)
-        assert body["status"] == "success", f"{expr}: {body}"
-        return body["data"]["result"]
-
-
-def _wait(what: str, cond: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if cond():
-                return
-        except (OSError, ValueError, KeyError) as e:
-            last = e
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what} (last error: {last})")
 
 
 @pytest.fixture(scope="module")
@@ -137,13 +100,13 @@ def prom() -> Iterator[Prom]:
         server = start_prometheus(prometheus, cfg, f"{tmp}/data", prom_port)
         try:
             p = Prom(f"http://127.0.0.1:{prom_port}")
-            _wait("prometheus ready", lambda: _ok(f"{p.base}/-/ready"), 20)
-            _wait("exporter scraped", lambda: p.result(f'up{{job="{JOB}"}} == 1'), 60)
+            wait("prometheus ready", lambda: ok(f"{p.base}/-/ready"), 20)
+            wait("exporter scraped", lambda: p.result(f'up{{job="{JOB}"}} == 1'), 60)
             # Recording rules need two scrapes of observed histograms and a rule evaluation
             # after them; give every record a chance (the tests below report the empty ones).
             names = sorted(recording.recording_names())
             # The event-log series appear once the demo has replayed its history.
-            _wait("demo's history replayed", lambda: p.result(
+            wait("demo's history replayed", lambda: p.result(
                 "count(count by (workload) (zaroz_events_total)) == 3"), 60)
             deadline = time.monotonic() + 45
             while time.monotonic() < deadline and not all(p.result(n) for n in names):
@@ -155,7 +118,7 @@ def prom() -> Iterator[Prom]:
 
 
 def _rules(p: Prom) -> list[dict[str, Any]]:
-    body = _get(f"{p.base}/api/v1/rules")
+    body = get(f"{p.base}/api/v1/rules")
     assert body["status"] == "success"
     return [r for g in body["data"]["groups"] for r in g["rules"]]
 
@@ -233,7 +196,7 @@ def _variable_values(p: Prom, dashboard: dict[str, Any]) -> dict[str, str]:
         if m:
             params = {"match[]": m.group(1)} if m.group(1) else {}
             url = f"{p.base}/api/v1/label/{m.group(2)}/values?" + urllib.parse.urlencode(params)
-            found = _get(url)["data"]
+            found = get(url)["data"]
             value = found[0] if found else None
         if value is None:
             cur = (var.get("current") or {}).get("value")

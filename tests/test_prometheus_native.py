@@ -8,7 +8,6 @@ of the simulator's durations; the classic-bucket quantiles are printed beside th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -17,9 +16,8 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,9 +25,10 @@ import dashboards
 from alerts import recording, render
 from exporter import catalog
 from tests.components import require, start_prometheus, stop_process
+from tests.promapi import Prom, get, ok, wait
 from tests.serving import free_port
 from tests.simlogs import finite_logs
-from tests.test_prometheus_integration import DEMO, Prom, _get, _ok, query_failures
+from tests.test_prometheus_integration import DEMO, query_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_SCALE = 20.0
@@ -82,25 +81,15 @@ def proms() -> Iterator[tuple[Prom, Prom]]:
                                               *flags))
                 servers.append(Prom(f"http://127.0.0.1:{port}"))
             for p in servers:
-                _wait("prometheus ready", lambda p=p: _ok(f"{p.base}/-/ready"), 20)
+                wait("prometheus ready", lambda p=p: ok(f"{p.base}/-/ready"), 20)
                 targets = f"{p.base}/api/v1/targets"
-                _wait(f"both targets up: {targets}", lambda p=p: len(p.result("up == 1")) == 2,
+                wait(f"both targets up: {targets}", lambda p=p: len(p.result("up == 1")) == 2,
                       90, lambda t=targets: [(x["scrapeUrl"], x["lastError"]) for x in
-                                             _get(t)["data"]["activeTargets"]])
+                                             get(t)["data"]["activeTargets"]])
             yield servers[0], servers[1]
         finally:
             for proc in reversed(procs):
                 stop_process(proc)
-
-
-def _wait(what: str, cond: Any, timeout: float, why: Callable[[], Any] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if cond():
-                return
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}" + (f": {why()}" if why else ""))
 
 
 def _one(p: Prom, expr: str) -> float:
@@ -120,9 +109,9 @@ def test_native_readiness_quantiles_within_the_schema_error_of_ground_truth(prom
     durations = sorted(d for ds in truth.ready.values() for d in ds)
     sel = 'zaroz_unit_ready_seconds{job="logs"}'
     # Wait until both have scraped the whole log applied.
-    _wait("the log applied and scraped natively", lambda: native.result(
+    wait("the log applied and scraped natively", lambda: native.result(
         f"histogram_count(sum({sel})) == {len(durations)}"), 90)
-    _wait("the log applied and scraped as text", lambda: text.result(
+    wait("the log applied and scraped as text", lambda: text.result(
         f'sum(zaroz_unit_ready_seconds_count{{job="logs"}}) == {len(durations)}'), 90)
     assert _one(native, f"histogram_sum(sum({sel}))") == pytest.approx(
         sum(durations) / 1e9, rel=1e-9)
@@ -152,9 +141,9 @@ def _labelsets(p: Prom, expr: str) -> set[tuple[tuple[str, str], ...]]:
 # out, and a failed scrape marks the target's series stale at once.
 def test_native_series_answer_histogram_functions_on_the_demo(proms):
     native, text = proms
-    _wait("demo readiness observed", lambda: native.result(
+    wait("demo readiness observed", lambda: native.result(
         'histogram_count(sum(rate(zaroz_unit_ready_seconds{job="demo"}[10m]))) > 0'), 120,
-        lambda: _get(f"{native.base}/api/v1/targets")["data"]["activeTargets"])
+        lambda: get(f"{native.base}/api/v1/targets")["data"]["activeTargets"])
     for name in HISTOGRAMS:
         # Every histogram the text server sees as classic, the native server sees as native
         # (both over the whole run; retried while a series new to one is not yet in the other).
@@ -162,7 +151,7 @@ def test_native_series_answer_histogram_functions_on_the_demo(proms):
             classic = _labelsets(text, f'rate({name}_count{{job="demo"}}[10m])')
             nat = _labelsets(native, f'histogram_count(rate({name}{{job="demo"}}[10m]))')
             return classic == nat
-        _wait(f"{name}: the same series natively and as text", same, 45,
+        wait(f"{name}: the same series natively and as text", same, 45,
               lambda name=name: (_labelsets(text, f'rate({name}_count{{job="demo"}}[10m])'),
                                  _labelsets(native,
                                             f'histogram_count(rate({name}{{job="demo"}}[10m]))')))
@@ -184,22 +173,22 @@ def test_text_scrape_is_as_before_and_both_see_the_same_other_series(proms):
     def names(p: Prom) -> set[str]:
         """Series names of the demo job over the last minute (the series API: no staleness)."""
         q = urllib.parse.urlencode({"match[]": '{job="demo"}', "start": time.time() - 60})
-        found = {r["__name__"] for r in _get(f"{p.base}/api/v1/series?{q}")["data"]}
+        found = {r["__name__"] for r in get(f"{p.base}/api/v1/series?{q}")["data"]}
         return {n for n in found if not n.startswith(tuple(HISTOGRAMS))}
 
     # Every counter, gauge and per-object family arrives through protobuf as through text.
     want = names(text)
     assert "zaroz_unitsignal_ready" in want and "zaroz_events_total" in want
-    _wait("the same other families", lambda: names(native) == names(text), 45,
+    wait("the same other families", lambda: names(native) == names(text), 45,
           lambda: names(native) ^ names(text))
 
 
 def test_native_rules_are_healthy_and_record_on_the_demo(proms):
     native, _ = proms
     names = sorted(recording.recording_names())
-    _wait("every native recording rule has data", lambda: all(native.result(n) for n in names),
+    wait("every native recording rule has data", lambda: all(native.result(n) for n in names),
           90, lambda: [n for n in names if not native.result(n)])
-    rules = [r for g in _get(f"{native.base}/api/v1/rules")["data"]["groups"]
+    rules = [r for g in get(f"{native.base}/api/v1/rules")["data"]["groups"]
              for r in g["rules"]]
     assert recording.recording_names() <= {r["name"] for r in rules}
     bad = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]

@@ -20,9 +20,9 @@ from exporter.sinks.metrics.protobuf import PROTOBUF_TYPE
 from exporter.sinks.metrics.series import format_value
 from tests import pbdecode
 from tests.components import require, start_prometheus, stop_process
+from tests.promapi import Prom, ok, wait
 from tests.serving import free_port
 from tests.simlogs import assert_matches_truth, finite_logs
-from tests.test_prometheus_integration import Prom, _ok, _wait
 
 LOGS, TRUTH = finite_logs(seed=5, workloads=2, seconds=300)
 
@@ -118,9 +118,9 @@ def test_a_native_prometheus_loads_the_saved_protobuf(files, capsysbinary):
                                 "--enable-feature=native-histograms")
         try:
             p = Prom(f"http://127.0.0.1:{port}")
-            _wait("prometheus ready", lambda: _ok(f"{p.base}/-/ready"), 20)
+            wait("prometheus ready", lambda: ok(f"{p.base}/-/ready"), 20)
             name = "zaroz_unit_ready_seconds"
-            _wait("the file scraped", lambda: p.result(f"histogram_count({name})"), 30)
+            wait("the file scraped", lambda: p.result(f"histogram_count({name})"), 30)
             got = {r["metric"]["workload"]: float(r["value"][1])
                    for r in p.result(f"histogram_count({name})")}
             assert got == {wl: len(d) for wl, d in TRUTH.ready.items()}
