@@ -90,10 +90,13 @@ def registries(draw: st.DrawFn) -> tuple[Registry, list, RowTable]:
     reg = Registry(metrics, native=native)
     tab = reg.table("t_obj_value")
     # A plain gauge column (the UnitSignal columns' renderers are tested below).
+    # A row's state: (its label value, its value); the block is made from the label value.
     table = RowTable([Column(
-        tab, lambda rows: "".join(f"{tab.prefix}{b}}} {format_value(s)}\n" for b, s in rows),
+        tab, lambda rows: "".join(f"{tab.prefix}{b}}} {format_value(s[1])}\n" for b, s in rows),
         pb=lambda rows, labels: protobuf.metric_fields(
-            [lab + protobuf.gauge_value(s) for lab, (_, s) in zip(labels, rows, strict=True)]))])
+            [lab + protobuf.gauge_value(s[1]) for lab, (_, s) in zip(labels, rows,
+                                                                     strict=True)]))],
+        lambda keys, states: [f'{{o="{escape_label_value(s[0])}"' for s in states])
     return reg, metrics, table
 
 
@@ -104,7 +107,7 @@ def apply(draw: st.DrawFn, reg: Registry, metrics: list[Metric], table: RowTable
         if m.per_object:
             key = draw(st.integers(0, 20))
             if draw(st.booleans()):
-                table.put(key, f'{{o="{escape_label_value(draw(label_value))}"', draw(value))
+                table.put(key, (draw(label_value), draw(value)))
             else:
                 table.remove(key)
             continue

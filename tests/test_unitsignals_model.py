@@ -284,8 +284,10 @@ def test_label_values_are_escaped_in_every_per_object_series():
     model, reg, _ = setup(("team",))
     obj = unitsignal("u1", workload='w"l\\1', status_=status(agentVersion='1.4"2\n'))
     obj["metadata"]["labels"]["team"] = 'bl"ue'
+    model.upsert(unitsignal("u0", status_=status()), T0)  # a plain row in the same chunk
     model.upsert(obj, T0)
     s = samples(reg)  # parsed by prometheus_client: invalid escaping fails here
+    assert per("zaroz_unitsignal_ready", obj="u0") in s
     assert s[per("zaroz_unitsignal_ready", wl='w"l\\1')] == 0
     assert s[per("zaroz_unitsignal_info", wl='w"l\\1', unit_id="unit-u1", key="u1",
                  agent_version='1.4"2\n')] == 1

@@ -175,6 +175,7 @@ class UnitSignalModel:
         # workload -> phase -> key -> since: the per-workload phase counts and oldest ages.
         self.phases: dict[str, dict[str, dict[Key, float]]] = {}
         self.tap: SignalTap | None = None  # None unless traces join the cluster
+        self._shared_labels: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
 
     # -- the source's three calls ------------------------------------------------------------
 
@@ -423,6 +424,14 @@ class UnitSignalModel:
         valid = 1 if is_valid_unit_signal_status(status) else 0
         if not valid:
             self.obs.violation(workload, "status_schema")
+        if skey is not None:
+            # Kept until the next status, for each of 100k objects: the agent's version and its
+            # activity are a few words, and an acknowledged allocation is the spec's own id, so
+            # keep one copy of each (equal values: the comparisons are unchanged).
+            obs, agent, ready, acc, act, since, shut, ack, seq = skey
+            skey = (obs, intern(agent) if type(agent) is str else agent, ready, acc,
+                    intern(act) if type(act) is str else act, since, shut,
+                    t.alloc_id if ack is not None and ack == t.alloc_id else ack, seq)
         t.status_key, t.status_valid = skey, valid
 
     def _generations(self, t: _Tracked, obj: Any, workload: str,
@@ -501,7 +510,15 @@ class UnitSignalModel:
             v = labels.get(name)
             if type(v) is str:
                 out.append((name, intern(v)))
-        return tuple(out)
+        allowed = tuple(out)
+        # Objects of a team share their allowlisted labels: one tuple each, not one an object
+        # (~100 B of 100k objects' memory). Bounded, whatever the labels hold.
+        shared = self._shared_labels.get(allowed)
+        if shared is None:
+            if len(self._shared_labels) >= 4096:
+                self._shared_labels.clear()
+            shared = self._shared_labels[allowed] = allowed
+        return shared
 
     # -- bookkeeping ------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ def prime_steps(registry: Registry, series: int | None = None,
                 yield
         elif fam.table is not None and fam.index == 0:  # a table's chunks: once for all columns
             table = fam.table
-            cap = (len(table.blocks) >> SHIFT) // chunks + 2
+            cap = (len(table.keys) >> SHIFT) // chunks + 2
             while table.pb_prime(chunks) and cap:
                 cap -= 1
                 yield

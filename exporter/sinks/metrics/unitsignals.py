@@ -155,6 +155,19 @@ def _lag_seconds_pb(clock: Callable[[], float]) -> PbRender:
     return render
 
 
+def _blocks(keys: Sequence[Key], states: Sequence[SignalState]) -> list[str]:
+    """The label blocks of a chunk's rows, left open for each column's own labels; checked
+    for characters to escape once for the chunk (names and label values the API server
+    accepts never have any)."""
+    blocks = [f'{{namespace="{k[0]}",unitsignal="{k[1]}",workload="{s[0]}"'
+              for k, s in zip(keys, states, strict=True)]
+    joined = "".join(blocks)
+    if joined.count('"') != 6 * len(blocks) or "\\" in joined or "\n" in joined:
+        blocks = [f'{{namespace="{esc(k[0])}",unitsignal="{esc(k[1])}",workload="{esc(s[0])}"'
+                  for k, s in zip(keys, states, strict=True)]
+    return blocks
+
+
 class UnitSignalMetrics:
     """Implements model.unitsignals.SignalObserver."""
 
@@ -180,7 +193,7 @@ class UnitSignalMetrics:
         ]
         # Families not exported get no column: never rendered. With none left, no rows at all.
         columns = [c for c in columns if registry.exported(c.family.metric.name)]
-        self.rows: RowTable | None = RowTable(columns) if columns else None
+        self.rows: RowTable | None = RowTable(columns, _blocks) if columns else None
         self._observe = registry.histogram("zaroz_unitsignal_generation_observe_seconds")
         self._ready = registry.histogram("zaroz_unitsignal_ready_seconds")
         self._ack = registry.histogram("zaroz_unitsignal_allocation_ack_seconds")
@@ -207,11 +220,7 @@ class UnitSignalMetrics:
             return
         if new.workload not in self._workloads:
             self._workload(new.workload)
-        block = f'{{namespace="{key[0]}",unitsignal="{key[1]}",workload="{new.workload}"'
-        if block.count('"') != 6 or "\\" in block or "\n" in block:  # nearly never
-            block = (f'{{namespace="{esc(key[0])}",unitsignal="{esc(key[1])}",'
-                     f'workload="{esc(new.workload)}"')
-        self.rows.put(key, block, new)
+        self.rows.put(key, new)
 
     def generation_observed(self, workload: str, seconds: float) -> None:
         self._observe.labels(workload).observe(seconds)
