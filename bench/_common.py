@@ -43,10 +43,10 @@ def interleaved(cases: dict[str, Callable[[], float]], repeat: int) -> dict[str,
     return out
 
 
-def proc_status_kib(field: str) -> int:
-    """A /proc/self/status figure (VmRSS, VmHWM) in KiB; 0 where there is no procfs."""
+def proc_status_kib(field: str, pid: int | str = "self") -> int:
+    """A /proc/<pid>/status figure (VmRSS, VmHWM) in KiB; 0 where there is no procfs."""
     try:
-        with open("/proc/self/status") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
@@ -55,10 +55,10 @@ def proc_status_kib(field: str) -> int:
     return 0
 
 
-def reset_peak_rss() -> bool:
+def reset_peak_rss(pid: int | str = "self") -> bool:
     """Reset VmHWM to the current RSS (Linux clear_refs 5), so a later peak is this step's own."""
     try:
-        with open("/proc/self/clear_refs", "w") as f:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
             f.write("5")
         return True
     except OSError:

@@ -42,10 +42,12 @@ import random
 import re
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import time
 import tracemalloc
+import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -690,6 +692,60 @@ def child_ours_http(url: str, typed: bool = True) -> dict[str, float]:
     return asyncio.run(run())
 
 
+def serve_memory(url: str, timeout: float = 600.0) -> dict[str, float]:
+    """The exporter as operators run it: `zaroz-exporter serve` (a process of its own, importing
+    only what serve imports) watching the emulator's UnitSignals; its RSS from /proc when
+    /healthz first answers (the sync may have begun), once /readyz says synced, and around one
+    scrape of /metrics read by a client that keeps nothing."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-c", "from exporter.cli import main; main()", "serve",
+           "--kube", "on", "--kube-api-url", url, "--listen", f"127.0.0.1:{port}",
+           "--unitsignal-labels-allowlist", ",".join(ALLOWLIST)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=child_env())
+    out: dict[str, float] = {}
+
+    def answers(path: str) -> bool:
+        try:
+            with urllib.request.urlopen(base + path, timeout=5) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    try:
+        deadline = time.monotonic() + timeout
+        t = time.perf_counter()
+        while not answers("/readyz"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not get ready (exit {proc.poll()})")
+            if "base" not in out and answers("/healthz"):
+                out["base"] = proc_status_kib("VmRSS", proc.pid) / 1024
+            time.sleep(0.05)
+        out["ready_s"] = time.perf_counter() - t
+        time.sleep(1.0)  # the sync's last page applied and freed
+        out["synced"] = proc_status_kib("VmRSS", proc.pid) / 1024
+        out["hwm_sync"] = proc_status_kib("VmHWM", proc.pid) / 1024
+        reset_peak_rss(proc.pid)
+        size = 0
+        with urllib.request.urlopen(base + "/metrics", timeout=60) as r:
+            while piece := r.read(1 << 16):
+                size += len(piece)
+        out["scrape_bytes"] = size
+        out["scraped"] = proc_status_kib("VmRSS", proc.pid) / 1024
+        out["hwm_scrape"] = proc_status_kib("VmHWM", proc.pid) / 1024
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return out
+
+
 def _read_pages(pages_file: Path, limit: int | None = None) -> list[bytes]:
     pages = pages_file.read_bytes().split(b"\n")
     return pages[: -(-limit // PAGE_SIZE)] if limit else pages
@@ -1005,6 +1061,8 @@ class ClusterBench:
                                         self.args.traced_objects) for w in batch}  # fmt: skip
                 for w, p in procs.items():
                     self.mem[w] = child_result(w, p)
+            # alone with the emulator, as the other children are
+            self.mem["serve"] = serve_memory(self.emu.url)
         finally:
             pages_file.unlink()
         print(f"memory children done in {time.perf_counter() - t:.0f} s", flush=True)
@@ -1108,13 +1166,14 @@ class ClusterBench:
         print("\n2. memory, each alone in its own process, MiB (emulator in its own process)")
         rows = [["process", "RSS at start", "after sync", "peak of sync", "after a scrape",
                  "peak of scrape"]]
-        labels = {"ours-http": "ours: KubeSource over HTTP, typed (serve)",
+        labels = {"serve": "zaroz-exporter serve, its own process (as deployed)",
+                  "ours-http": "ours: KubeSource over HTTP, typed, in a bench process",
                   "ours-http-untyped": "the same, orjson untyped (alternative: before)",
                   "ours-paged": "ours fed page by page (alternative, no HTTP)",
                   "prom-bytes": "naive prometheus_client, fed page by page"}  # fmt: skip
         for w, label in labels.items():
             r = mem[w]
-            rows.append([label, f"{r['base']:,.0f}", f"{r['synced']:,.0f}",
+            rows.append([label, f"{r.get('base', 0):,.0f}", f"{r['synced']:,.0f}",
                          f"{r['hwm_sync']:,.0f}", f"{r.get('scraped', 0):,.0f}",
                          f"{r.get('hwm_scrape', 0):,.0f}"])
         rows[-1][4:] = ["(not run)", "(not run)"]
@@ -1129,18 +1188,27 @@ class ClusterBench:
         print("held after the sync, by file, per object: " + ", ".join(
             f"{f.replace('bench/cluster.py', 'decoded strings kept')} "
             f"{s / tr['objects']:,.0f} B" for f, s in tr["by_file"]), flush=True)
+        s = mem["serve"]
+        print(f"zaroz-exporter serve (`--page-limit` default, the emulator's pages as the "
+              f"API server's): ready (synced) {s['ready_s']:.1f} s after its start; RSS at "
+              f"start is read at its first /healthz (the sync may have begun); a scrape of "
+              f"{s['scrape_bytes']:,.0f} B", flush=True)
         r, p, a = mem["ours-http"], mem["prom-bytes"], mem["ours-paged"]
         u = mem["ours-http-untyped"]
         target = f"<= {TARGET_RSS_MIB:g} MiB"
-        v.add("rss", "2. RSS after sync (ours over HTTP, typed)", f"{r['synced']:,.0f} MiB",
-              target, r["synced"] <= TARGET_RSS_MIB)
+        v.add("rss", "2. RSS after sync, zaroz-exporter serve", f"{s['synced']:,.0f} MiB",
+              target, s["synced"] <= TARGET_RSS_MIB)
+        v.add("rss", "   RSS after sync + one scrape", f"{s['scraped']:,.0f} MiB", target,
+              s["scraped"] <= TARGET_RSS_MIB)
+        peak = f"<= {TARGET_PEAK_MIB:g} MiB"
+        v.add("rss", "   peak RSS during a scrape", f"{s['hwm_scrape']:,.0f} MiB", peak,
+              s["hwm_scrape"] <= TARGET_PEAK_MIB)
+        v.add("rss", "   in a bench process, typed, after sync", f"{r['synced']:,.0f} MiB",
+              target, None)
         v.add("rss", "   the same, orjson untyped (alternative)", f"{u['synced']:,.0f} MiB",
               target, None)
-        v.add("rss", "   RSS after sync + one scrape", f"{r['scraped']:,.0f} MiB", target,
-              r["scraped"] <= TARGET_RSS_MIB)
-        peak = f"<= {TARGET_PEAK_MIB:g} MiB"
-        v.add("rss", "   peak RSS during a scrape", f"{r['hwm_scrape']:,.0f} MiB", peak,
-              r["hwm_scrape"] <= TARGET_PEAK_MIB)
+        v.add("rss", "   in a bench process, peak of a scrape", f"{r['hwm_scrape']:,.0f} MiB",
+              peak, None)
         v.add("rss", "   the same, orjson untyped (alternative)", f"{u['hwm_scrape']:,.0f} MiB",
               peak, None)
         v.add("rss", "   peak RSS during the sync", f"{r['hwm_sync']:,.0f} MiB", "", None)
