@@ -88,3 +88,19 @@ def test_a_different_report_fails_the_comparison(tmp_path, capsysbinary):
     want = gzip.decompress((HERE / REPORT).read_bytes())
     assert _report_masked(got) != _report_masked(want)
     assert got.count(b'data-kind="') == want.count(b'data-kind="')  # the same rows, moved
+
+
+def test_every_clock_skew_names_the_line_of_its_event(tmp_path, capsysbinary):
+    """A skew is found when its event is applied, often long after the line was read (it waited
+    behind a gap, in these inputs until the end of input gives the gap up): it still names the
+    file and line its event was read from."""
+    import orjson
+
+    html = _report(tmp_path, inputs()).decode()
+    texts = {p.name: gzip.decompress(p.read_bytes()).splitlines() for p in inputs()}
+    skews = re.findall(r'data-kind="clock skew"><td>clock skew</td><td><code>([^<]*):(\d+)'
+                       r"</code></td><td><code>(\d+)</code>", html)
+    assert len(skews) > 50
+    for file, line, seq in skews:
+        assert file in texts, (file, line, seq)
+        assert orjson.loads(texts[file][int(line) - 1])["seq"] == int(seq), (file, line, seq)

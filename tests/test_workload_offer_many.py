@@ -129,18 +129,16 @@ def _recorded_one_by_one(pipeline, paths, cursor) -> None:
                     continue
                 log.offer(obj)
                 seq = cursor.seq
-                if log.pending and seq in log.pending and seq not in cursor.pending:
-                    cursor.pending[seq] = cursor.line
+                if log.pending and seq in log.pending and seq not in obs.waiting:
+                    obs.waiting[seq] = (cursor.file, cursor.line)
             n += len(batch)
             if n >= EXPIRE_EVERY:
                 n = 0
                 pipeline.expire_workload(path.workload, log.clock)
                 obs.timelines.finish_all(log.units)
-                for s in [s for s in cursor.pending if s < log.next]:
-                    del cursor.pending[s]
+                obs.forget_applied(log.applied_through)
     for name, log in pipeline.logs.items():
         cursor.end("(end of input)")
-        cursor.pending.clear()
         log.flush()
         pipeline.expire_workload(name, log.clock)
         report_metrics(log).timelines.finish_all()

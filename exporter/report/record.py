@@ -34,10 +34,10 @@ class Cursor:
     """Where the reader is: the file, and the line being offered within the batch of lines
     being applied. `WorkloadLog.offer_many` takes the batch's iterator (`it`), so the line is
     where that iterator stands: worked out only when an anomaly asks for it, it costs the
-    batched path nothing per line. An event that waits behind a gap is applied later, when
-    another line is read: the lines of waiting events are kept (`pending`) until applied."""
+    batched path nothing per line. (An event that waits behind a gap is applied later, when
+    another line is read: its workload's ReportMetrics keeps where it was read, `waiting`.)"""
 
-    __slots__ = ("base", "batch", "file", "it", "linemap", "pending")
+    __slots__ = ("base", "batch", "file", "it", "linemap")
 
     def __init__(self) -> None:
         self.file = ""
@@ -45,7 +45,6 @@ class Cursor:
         self.batch: list[Any] = []  # the batch's decoded lines, blank lines left out
         self.it: Iterator[Any] = iter(self.batch)  # the iterator offer_many advances
         self.linemap: list[int] | None = None  # batch index -> line in it, when blanks moved it
-        self.pending: dict[int, int] = {}  # seq -> line, of events waiting behind a gap
 
     def start(self, batch: list[Any]) -> Iterator[Any]:
         """The batch's iterator, to be given to offer_many: the cursor follows it."""
@@ -79,11 +78,6 @@ class Cursor:
         """The seq of the event being offered, read only when an anomaly needs it."""
         obj = self.obj
         return obj.get("seq") if type(obj) is dict else None
-
-    def line_of(self, seq: int) -> int:
-        """The line an event being applied was read from."""
-        line = self.pending.get(seq) if self.pending else None
-        return self.line if line is None else line
 
     def end(self, file: str) -> None:
         """No line is being read (end of input): anomalies found now have line 0."""
@@ -152,6 +146,9 @@ class ReportMetrics(WorkloadMetrics):
         self.points: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
         self._samples: tuple[int, dict[str, list[int]]] = (-1, {})
         self.anomalies: list[tuple[str, str, int, Any, str]] = []  # kind, file, line, seq, what
+        # seq -> (file, line) of this workload's events left waiting behind a gap: they are
+        # applied when a later line (or the end of input) fills or gives up the gap.
+        self.waiting: dict[int, tuple[str, int]] = {}
         self.timelines = Timelines(self.cursor)
 
     def _anomaly(self, kind: str, what: str, seq: Any = None) -> None:
@@ -199,9 +196,17 @@ class ReportMetrics(WorkloadMetrics):
         """Located at the event being applied, which may have waited behind a gap."""
         super().skew(measurement)
         if len(self.anomalies) < ANOMALIES_KEPT:
-            c, seq = self.cursor, self.timelines.log.next
-            self.anomalies.append(("clock skew", c.file, c.line_of(seq), seq,
+            seq = self.timelines.log.next
+            where = self.waiting.get(seq) if self.waiting else None
+            if where is None:
+                where = (self.cursor.file, self.cursor.line)
+            self.anomalies.append(("clock skew", *where, seq,
                                    f"{measurement}: end stamped before start"))
+
+    def forget_applied(self, applied_through: int) -> None:
+        """Drop where the events up to this seq waited: they are applied."""
+        for s in [s for s in self.waiting if s <= applied_through]:
+            del self.waiting[s]
 
 
 def recording(cursor: Cursor) -> Callable[[Registry, str], ReportMetrics]:
@@ -255,17 +260,19 @@ def report_metrics(log: WorkloadLog) -> ReportMetrics:
     return obs
 
 
-def _noting_waiting(log: WorkloadLog, cursor: Cursor) -> Callable[[Any, str], object]:
-    """offer_many's `slow`: `offer`, then the line of an event it left waiting behind a gap
-    (only offer can leave one waiting: the inline path applies the next seq, nothing waiting)."""
-    offer, lines = log.offer, cursor.pending
+def _noting_waiting(log: WorkloadLog, cursor: Cursor,
+                    waiting: dict[int, tuple[str, int]]) -> Callable[[Any, str], object]:
+    """offer_many's `slow`: `offer`, then where an event it left waiting behind a gap was read
+    (only offer can leave one waiting: the inline path applies the next seq, nothing waiting).
+    The first arrival of a seq is the one that waits; a later one is a duplicate."""
+    offer = log.offer
 
     def offer_noting(obj: Any, source: str) -> object:
         what = offer(obj, source)
         if log.pending:  # rare: did this event stay behind a gap?
             seq = obj.get("seq") if type(obj) is dict else None
-            if type(seq) in (int, float) and seq in log.pending and seq not in lines:
-                lines[seq] = cursor.line
+            if type(seq) in (int, float) and seq in log.pending and seq not in waiting:
+                waiting[seq] = (cursor.file, cursor.line)
         return what
     return offer_noting
 
@@ -281,8 +288,8 @@ def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
         obs = report_metrics(log)
         if obs.timelines.log is None:
             log.tap = _chain(log.tap, obs.timelines.tap_for(log))
-        offer_many, slow = log.offer_many, _noting_waiting(log, cursor)
-        pending, start = cursor.pending, cursor.start
+        offer_many, slow = log.offer_many, _noting_waiting(log, cursor, obs.waiting)
+        start = cursor.start
         cursor.file = path.short_name
         n = 0
         for batch in _batches(path, cursor):
@@ -292,11 +299,9 @@ def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
                 n = 0
                 pipeline.expire_workload(name, log.clock)
                 obs.timelines.finish_all(log.units)
-                for s in [s for s in pending if s < log.next]:
-                    del pending[s]
+                obs.forget_applied(log.applied_through)
     for name, log in pipeline.logs.items():
-        cursor.end("(end of input)")
-        cursor.pending.clear()  # lines of another file's waiting events are not this one's
+        cursor.end("(end of input)")  # gaps given up now are located here; skews where read
         log.flush()
         pipeline.expire_workload(name, log.clock)
         report_metrics(log).timelines.finish_all()
