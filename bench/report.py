@@ -10,12 +10,17 @@ With `--against REV` the same two commands of another revision (a `git archive` 
 bench/out, run by the same interpreter) take their turns too, so a change is measured against
 the tree it started from in the same run.
 
-Run: python -m bench.report [--events N] [--repeat K] [--against REV]
+`--instructions N` counts instead, for a log of N events, the instructions each command
+executes (valgrind cachegrind, no cache simulation, PYTHONHASHSEED=0), which the machine's load
+does not change; a replay of an empty file is subtracted, leaving the pass itself.
+
+Run: python -m bench.report [--events N] [--repeat K] [--against REV] [--instructions N]
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import subprocess
 import sys
@@ -46,6 +51,46 @@ def run_cmd(name: str, cmd: list[str], tree: Path = ROOT) -> float:
     return wall
 
 
+def instructions(cmd: list[str], tree: Path) -> int:
+    """Instructions the child executes, counted by valgrind's cachegrind."""
+    env = child_env() | {"PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    res = subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                          "--cachegrind-out-file=/dev/null", *cmd],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         check=True, env=env, cwd=tree)
+    m = re.search(r"I\s+refs:\s+([\d,]+)", res.stderr)
+    if m is None:
+        raise RuntimeError(f"no instruction count from valgrind: {res.stderr[-500:]}")
+    return int(m.group(1).replace(",", ""))
+
+
+def count_instructions(events: int, workloads: int, seed: int, trees: dict[str, Path]) -> None:
+    paths = generate(events, workloads, seed)
+    empty = OUT / "empty.jsonl"
+    empty.write_bytes(b"")
+    base = [sys.executable, "-m", "exporter.cli", "replay"]
+    out = OUT / "report-instructions.html"
+    cmds = {"replay EMPTY": [*base, str(empty)], "replay FILES": [*base, *map(str, paths)],
+            "replay --report FILE FILES": [*base, "--report", str(out), *map(str, paths)]}
+    print(f"instructions: {count_lines(paths):,} lines in {len(paths)} files, valgrind "
+          "cachegrind (--cache-sim=no), PYTHONHASHSEED=0", flush=True)
+    rows = [["tree", "command", "instructions", "the pass (less EMPTY)", "pass / plain pass"]]
+    passes: dict[tuple[str, str], int] = {}
+    for tag, tree in trees.items():
+        counts = {name: instructions(cmd, tree) for name, cmd in cmds.items()}
+        for name, n in counts.items():
+            p = n - counts["replay EMPTY"]
+            passes[tag, name] = p
+            rows.append([tag.strip() or "this tree", name, f"{n / 1e6:,.1f} M",
+                         f"{p / 1e6:,.1f} M" if p else "",
+                         f"{p / passes[tag, 'replay FILES']:.3f}" if p else ""])
+    print(table(rows))
+    for tag in list(trees)[1:]:
+        print(f"this tree / {tag.strip()} (the pass): " + ", ".join(
+            f"{name} {passes['', name] / passes[tag, name]:.3f}"
+            for name in ("replay FILES", "replay --report FILE FILES")), flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--events", type=int, default=335_000, help="events in the log (all files)")
@@ -54,9 +99,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds; best is reported")
     ap.add_argument("--against", metavar="REV",
                     help="also run both commands of this git revision, taking turns")
+    ap.add_argument("--instructions", type=int, metavar="N",
+                    help="count instructions (valgrind) with a log of N events instead of timing")
     args = ap.parse_args(argv)
 
     header("report")
+    if args.instructions:
+        trees = {"": ROOT} | ({f" @{args.against}": checkout(args.against)} if args.against
+                              else {})
+        count_instructions(args.instructions, args.workloads, args.seed, trees)
+        return
     paths = generate(args.events, args.workloads, args.seed)
     lines = count_lines(paths)
     out = OUT / "report.html"
