@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
 
     header("report")
     if args.instructions:
+        if shutil.which("valgrind") is None:
+            raise SystemExit("bench.report: --instructions needs valgrind (apt-get install "
+                             "valgrind)")
         trees = {"": ROOT} | ({f" @{args.against}": checkout(args.against)} if args.against
                               else {})
         count_instructions(args.instructions, args.workloads, args.seed, trees)

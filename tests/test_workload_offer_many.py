@@ -196,3 +196,32 @@ def test_an_unhashable_seq_while_an_event_waits_is_an_invalid_line_in_the_report
     rows = re.findall(r'data-kind="([a-z ]+)"><td>[^<]*</td><td><code>([^<]*)</code>',
                       out.read_text())
     assert rows == [("invalid", "w.jsonl:3")]
+
+
+def test_the_cursor_follows_offer_many_through_the_batch():
+    """Every observer call made while offer_many applies a batch (inline or through `slow`)
+    sees the cursor at the line being applied, blank lines counted; after the batch, at its
+    last line; at the end of input, at none."""
+    from exporter.report.record import Cursor
+
+    objs = [o for o in _decoded(inputs()[0]) if o is not NOT_JSON][:40]
+    cursor = Cursor()
+
+    class Lines(Recorder):
+        def applied(self, type_label: str, seq: int) -> None:
+            self.calls.append(("applied", seq, cursor.line, cursor.seq))
+
+    rec = Lines()
+    log = WorkloadLog(rec)
+    batch = objs[:20]
+    cursor.base, cursor.linemap = 100, [k + 2 for k in range(20)]  # a blank line first
+    log.offer_many(cursor.start(batch), NOT_JSON, "file", log.offer)
+    applied = rec.of("applied")
+    assert [(seq, line) for seq, line, _ in applied] == [(k + 1, 102 + k) for k in range(20)]
+    assert all(seq == s for s, _, seq in applied)
+    assert cursor.line == 121 and cursor.obj is batch[-1]
+    cursor.linemap = None
+    log.offer_many(cursor.start(objs[20:]), NOT_JSON)
+    assert rec.of("applied")[-1][1:] == (120, 40)  # base 100, the second batch's 20th line
+    cursor.end("(end of input)")
+    assert (cursor.line, cursor.obj, cursor.seq) == (0, None, None)
