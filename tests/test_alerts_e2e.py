@@ -31,13 +31,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import yaml
 from aiohttp import web
 
@@ -48,6 +47,7 @@ from exporter.commands.config import ServeConfig
 from exporter.commands.demo import demo_serve_args
 from exporter.commands.serve import start
 from tests.components import missing, require, start_prometheus, stop_process
+from tests.promapi import AsyncProm, get_async, wait_async
 from tests.serving import free_port
 from tests.test_runbooks import anchors
 from zaroz_sim.cluster import ClusterMirror
@@ -233,25 +233,6 @@ def _alertmanager_config(receiver_url: str, smtp_port: int) -> dict[str, Any]:
     return cfg
 
 
-async def _get(session: aiohttp.ClientSession, url: str, **params: str) -> Any:
-    async with session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=5)) as r:
-        return await r.json()
-
-
-async def _wait(what: str, cond: Callable[[], Any], timeout: float,
-                debug: Callable[[], Any]) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if await cond():
-                return
-        except (aiohttp.ClientError, OSError, KeyError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{await debug()}")
-        await asyncio.sleep(0.5)
-
-
 @contextlib.asynccontextmanager
 async def _platform(listen: str) -> AsyncIterator[tuple[ClusterMirror, str]]:
     """The simulated events route and Kubernetes API with the incident, and the exporter
@@ -329,13 +310,13 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
 async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, smtp: SmtpSink,
                         mirror: ClusterMirror, prom: str, am: str, tmp: Path) -> None:
     async def firing_in_prometheus(alertname: str, workload: str, severity: str) -> list[Any]:
-        body = await _get(s, f"{prom}/api/v1/query", query=(
+        body = await AsyncProm(s, prom).query(
             f'ALERTS{{alertname="{alertname}",workload="{workload}",severity="{severity}",'
-            'alertstate="firing"}'))
+            'alertstate="firing"}')
         return body["data"]["result"]
 
     async def debug() -> str:
-        alerts = await _get(s, f"{prom}/api/v1/alerts")
+        alerts = await get_async(s, f"{prom}/api/v1/alerts")
         states = sorted({(a["labels"]["alertname"], a["labels"].get("workload", ""),
                           a["labels"]["severity"], a["state"])
                          for a in alerts["data"]["alerts"]})
@@ -360,7 +341,7 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, smtp: SmtpSink,
                 return False
         return any(TICKET_SUBJECT in subject for subject in smtp.subjects())
 
-    await _wait("the pages of the incident", all_paged, FIRING_TIMEOUT, debug)
+    await wait_async("the pages of the incident", all_paged, FIRING_TIMEOUT, debug)
 
     known_anchors = anchors((ROOT / "docs" / "runbooks.md").read_text())
     rule_labels = _static_rule_labels()
@@ -409,7 +390,7 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, smtp: SmtpSink,
 
     # Inhibition: the warnings fire in Prometheus, Alertmanager holds them back, nobody hears.
     for alertname, wl in INHIBITED:
-        held = await _get(s, f"{am}/api/v2/alerts", filter=f'alertname="{alertname}"')
+        held = await get_async(s, f"{am}/api/v2/alerts", filter=f'alertname="{alertname}"')
         held = [a for a in held if a["labels"].get("workload") == wl
                 and a["labels"]["severity"] == "warning"]
         assert held, (alertname, wl)
@@ -430,8 +411,8 @@ async def _run_incident(s: aiohttp.ClientSession, inbox: Inbox, smtp: SmtpSink,
                 return False
         return True
 
-    await _wait("the RESOLVED notifications after the fix", all_resolved, RESOLVED_TIMEOUT,
-                debug)
+    await wait_async("the RESOLVED notifications after the fix", all_resolved, RESOLVED_TIMEOUT,
+                     debug)
     for alertname, wl in RESOLVED_AFTER_FIX:
         # Nothing resolved the group before the fix: the fix did.
         early = [r for r in inbox.got if r.kind == "webhook" and r.at < fixed_at

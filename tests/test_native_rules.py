@@ -18,13 +18,10 @@ has one at 50 s in 250 (0.4%: below every pair's burn factor).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -34,6 +31,7 @@ from alerts.config import DEFAULT_CONFIG, SLO, Config
 from exporter.sinks.metrics.family import Registry
 from exporter.web.app import MetricsServer, start_site
 from tests.components import require, start_prometheus, stop_process
+from tests.promapi import AsyncProm, get_async, wait_async
 from tests.serving import free_port
 
 THRESHOLD = 45.0
@@ -52,26 +50,6 @@ MIX: dict[str, Callable[[int], list[float]]] = {
 def test_45s_is_not_a_classic_boundary():
     with pytest.raises(ValueError, match="not a bucket boundary"):
         Config(slos=CONFIG.slos)
-
-
-class Prometheus:
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
-        self.session, self.base = session, base
-
-    async def result(self, expr: str) -> list[dict[str, Any]]:
-        async with self.session.get(f"{self.base}/api/v1/query", params={"query": expr}) as r:
-            body = await r.json()
-        assert body["status"] == "success", (expr, body)
-        return body["data"]["result"]
-
-    async def until(self, what: str, cond: Callable[[], Any], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(aiohttp.ClientError, OSError):
-                if await cond():
-                    return
-            await asyncio.sleep(0.5)
-        pytest.fail(f"timed out waiting for {what}")
 
 
 async def _observe(registry: Registry) -> None:
@@ -110,9 +88,9 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
                                 "--enable-feature=native-histograms")
         try:
             async with aiohttp.ClientSession() as session:
-                p = Prometheus(session, f"http://127.0.0.1:{port}")
+                p = AsyncProm(session, f"http://127.0.0.1:{port}")
                 ratio = recording.slo_error_ratio_name("readiness", "5m")
-                await p.until("error ratios of all three workloads, fine's above 0 (its slow "
+                await wait_async("error ratios of all three workloads, fine's above 0 (its slow "
                               "ones come every 10th tick)",
                               lambda: _has(p, f'{ratio} > 0 or {ratio}{{workload!="fine"}}', 3),
                               60)
@@ -121,7 +99,7 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
                 assert got["burning"] == pytest.approx(0.3, abs=1e-9)
                 assert got["edge"] == pytest.approx(0.0, abs=1e-9)
                 assert 0 < got["fine"] < 0.01
-                await p.until("the fast burn alert", lambda: _has(
+                await wait_async("the fast burn alert", lambda: _has(
                     p, 'ALERTS{alertname="ZarozReadinessBudgetBurn",long="1h"}', 1), 30)
                 alerts = await p.result('ALERTS{alertname="ZarozReadinessBudgetBurn"}')
                 assert {a["metric"]["workload"] for a in alerts} == {"burning"}, alerts
@@ -130,8 +108,7 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
                     f'{recording.quantile_name(READY, "p50")}{{workload="edge"}}')
                 assert 40 / 2 ** (1 / 8) < float(p50[0]["value"][1]) <= 40 * 2 ** (1 / 8)
                 # Every generated rule evaluates without error.
-                async with session.get(f"{p.base}/api/v1/rules") as r:
-                    groups = (await r.json())["data"]["groups"]
+                groups = (await get_async(session, f"{p.base}/api/v1/rules"))["data"]["groups"]
                 bad = [(x["name"], x.get("lastError")) for g in groups for x in g["rules"]
                        if x["health"] != "ok"]
                 assert not bad, bad
@@ -141,6 +118,6 @@ async def test_native_burn_rate_alert_at_a_non_boundary_threshold():
             await runner.cleanup()
 
 
-async def _has(p: Prometheus, expr: str, n: int) -> bool:
+async def _has(p: AsyncProm, expr: str, n: int) -> bool:
     return len(await p.result(expr)) >= n
 

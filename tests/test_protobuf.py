@@ -324,6 +324,33 @@ def test_exemplars_ride_on_classic_buckets():
     assert (ex.timestamp.seconds, ex.timestamp.nanos) == (1714557600, 250_000_000)
 
 
+@pytest.mark.parametrize(("at", "want"), [
+    ("2024-05-01T10:00:00.25Z", (1714557600, 250_000_000)),
+    ("2024-05-01T10:00:00Z", (1714557600, 0)),
+    ("2024-05-01T12:00:00.123456789+02:00", (1714557600, 123_456_789)),
+    ("2024-05-01T10:00:00.1234567891Z", (1714557600, 123_456_789)),  # ns: the rest cut
+    ("not a time", None),
+    ("", None),
+])
+def test_exemplar_timestamps_agree_in_openmetrics_and_protobuf(at, want):
+    """Both formats take the exemplar's time from series.exemplar_time: exact, and none at all
+    when occurred_at is unusable."""
+    from exporter.sinks.metrics.exposition import render as render_chunks
+
+    reg = Registry([Metric("t_seconds", Kind.HISTOGRAM, "T.", ("workload",), (1.0, 5.0))])
+    reg["t_seconds"].labels("w").observe_exemplar(2_500_000_000, "w", "u-1", at)
+    (mf,) = pbdecode.families(protobuf.render_bytes(reg))
+    ex = mf.metric[0].histogram.bucket[1].exemplar
+    assert ex.value == 2.5
+    pb = (ex.timestamp.seconds, ex.timestamp.nanos) if ex.HasField("timestamp") else None
+    om = b"".join(render_chunks(reg, Format.OPENMETRICS)).decode()
+    (line,) = [ln for ln in om.splitlines() if 'le="5"' in ln]
+    tail = line.split(" # ", 1)[1].split()
+    text = tuple(map(int, tail[2].split("."))) if len(tail) == 3 else None
+    assert pb == want
+    assert text == want
+
+
 async def test_server_serves_protobuf_when_asked_gzipped_or_not():
     from aiohttp.test_utils import TestClient, TestServer
 

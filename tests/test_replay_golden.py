@@ -1,4 +1,5 @@
-"""Replay's output is byte-identical to the golden files made before the replay fast path.
+"""Replay's output is byte-identical to the golden files made before the replay fast path, and
+`replay --report`'s HTML to the one made before the report's recording path took `offer_many`.
 
 The inputs (tests/data/replay_golden, made by its make.py) carry every anomaly replay handles:
 reordered windows, redelivered lines, gaps, non-JSON lines, schema failures, pings, blank lines.
@@ -7,18 +8,25 @@ Only the build_info line is masked (its version and Python version are the machi
 
 from __future__ import annotations
 
+import gzip
 import re
 
 import pytest
 
 from exporter.cli import main
-from tests.data.replay_golden.make import HERE, OUTPUTS, inputs
+from tests.data.replay_golden.make import HERE, OUTPUTS, REPORT, inputs
 
 _BUILD = re.compile(rb'^zaroz_exporter_build_info\{.*\} 1$', re.M)
+_REPORT_VERSION = re.compile(rb"<span>exporter [^<]*</span>")
 
 
 def _masked(body: bytes) -> bytes:
     return _BUILD.sub(b"zaroz_exporter_build_info{...} 1", body)
+
+
+def _report_masked(html: bytes) -> bytes:
+    """The report less its header's exporter version."""
+    return _REPORT_VERSION.sub(b"<span>exporter ...</span>", html, count=1)
 
 
 @pytest.mark.parametrize(("name", "args"), OUTPUTS, ids=[n for n, _ in OUTPUTS])
@@ -52,3 +60,47 @@ def test_a_different_replay_fails_the_comparison(capsysbinary, tmp_path):
     cut.write_bytes(gzip.compress(b"".join(lines[:-1])))
     assert main(["replay", str(cut), str(inputs()[1])]) == 0
     assert _masked(capsysbinary.readouterr().out) != _masked((HERE / "text.prom").read_bytes())
+
+
+def _report(tmp_path, paths) -> bytes:
+    out = tmp_path / "report.html"
+    assert main(["replay", "--report", str(out), *map(str, paths)]) == 0
+    return out.read_bytes()
+
+
+def test_report_is_byte_identical_to_the_golden(tmp_path, capsysbinary):
+    """Every anomaly of the inputs is in the report with its file and line (skews of events
+    that waited behind a gap included): the recording path's cursor must place each one."""
+    want = gzip.decompress((HERE / REPORT).read_bytes())
+    for kind in (b"duplicate", b"gap", b"invalid", b"clock skew"):
+        assert want.count(b'data-kind="' + kind + b'"') > 10, kind
+    got = _report(tmp_path, inputs())
+    assert _report_masked(got) == _report_masked(want)
+    assert capsysbinary.readouterr().out.startswith(b"# HELP")
+
+
+def test_a_different_report_fails_the_comparison(tmp_path, capsysbinary):
+    """The comparison can fail: a blank line added at the top moves every located anomaly."""
+    src = inputs()[0]
+    moved = tmp_path / src.name
+    moved.write_bytes(gzip.compress(b"\n" + gzip.decompress(src.read_bytes())))
+    got = _report(tmp_path, [moved, inputs()[1]])
+    want = gzip.decompress((HERE / REPORT).read_bytes())
+    assert _report_masked(got) != _report_masked(want)
+    assert got.count(b'data-kind="') == want.count(b'data-kind="')  # the same rows, moved
+
+
+def test_every_clock_skew_names_the_line_of_its_event(tmp_path, capsysbinary):
+    """A skew is found when its event is applied, often long after the line was read (it waited
+    behind a gap, in these inputs until the end of input gives the gap up): it still names the
+    file and line its event was read from."""
+    import orjson
+
+    html = _report(tmp_path, inputs()).decode()
+    texts = {p.name: gzip.decompress(p.read_bytes()).splitlines() for p in inputs()}
+    skews = re.findall(r'data-kind="clock skew"><td>clock skew</td><td><code>([^<]*):(\d+)'
+                       r"</code></td><td><code>(\d+)</code>", html)
+    assert len(skews) > 50
+    for file, line, seq in skews:
+        assert file in texts, (file, line, seq)
+        assert orjson.loads(texts[file][int(line) - 1])["seq"] == int(seq), (file, line, seq)

@@ -128,3 +128,46 @@ async def test_report_in_chromium(report: tuple[Path, str], tmp_path: Path) -> N
     chromium()
     seen = await look(report[0].as_uri(), tmp_path, "report")
     seen.assert_looks_right(min_charts=6 * len(LOGS))
+
+
+def _skewing_events() -> list[bytes]:
+    """Seqs 1-12 of the golden input, seq 11 (unit.ready) stamped before its unit's creation."""
+    import gzip
+
+    from tests.data.replay_golden.make import inputs
+
+    evs = [orjson.loads(line) for line in gzip.decompress(inputs()[0].read_bytes()).splitlines()
+           if line.startswith(b'{"')][:12]
+    assert [e["seq"] for e in evs] == list(range(1, 13)) and evs[10]["type"] == "unit.ready"
+    assert evs[3]["type"] == "unit.created" and evs[3]["unit"]["id"] == evs[10]["unit"]["id"]
+    evs[10]["occurred_at"] = "2023-11-14T22:13:21Z"  # before the unit.created of seq 4
+    return [orjson.dumps(e) for e in evs]
+
+
+def _skews(tmp_path: Path, *args: str) -> list[tuple[str, str]]:
+    from exporter.cli import main
+
+    out = tmp_path / "r.html"
+    assert main(["replay", "--summary", "--report", str(out), *args]) == 0
+    return re.findall(r'data-kind="clock skew"><td>clock skew</td><td><code>([^<]*)</code>'
+                      r"</td><td><code>(\d+)</code>", out.read_text(encoding="utf-8"))
+
+
+def test_a_skew_that_waited_names_its_own_file(tmp_path: Path) -> None:
+    """A workload's log in two files: seq 11 waits in the first for seq 10, which comes in the
+    second. The skew is found while the second file is read, but its line is the first's."""
+    ev = _skewing_events()
+    (tmp_path / "a.jsonl").write_bytes(b"\n".join([*ev[:9], ev[10]]) + b"\n")  # 11 at line 10
+    (tmp_path / "b.jsonl").write_bytes(b"\n".join([ev[9], ev[11]]) + b"\n")
+    assert _skews(tmp_path, "--workload", "w", str(tmp_path / "a.jsonl"),
+                  str(tmp_path / "b.jsonl")) == [("a.jsonl:10", "11")]
+
+
+def test_another_workloads_waiting_line_does_not_locate_a_skew(tmp_path: Path) -> None:
+    """Workload x's seq 11 waited at its line 10; workload y's seq 11 is read in order at its
+    line 11: each skew names its own file and line."""
+    ev = _skewing_events()
+    (tmp_path / "x.jsonl").write_bytes(b"\n".join([*ev[:9], ev[10], ev[9], ev[11]]) + b"\n")
+    (tmp_path / "y.jsonl").write_bytes(b"\n".join(ev) + b"\n")
+    assert _skews(tmp_path, str(tmp_path / "x.jsonl"), str(tmp_path / "y.jsonl")) == [
+        ("x.jsonl:10", "11"), ("y.jsonl:11", "11")]

@@ -217,6 +217,34 @@ class BlockingExporter(SpanExporter):
         self.release.set()
 
 
+class RaisingExporter(SpanExporter):
+    """An exporter bug: every export raises (with `export_encoded`, the encoded path too)."""
+
+    def __init__(self, encoded: bool) -> None:
+        if encoded:
+            self.export_encoded = self._raise
+
+    def _raise(self, *args: Any) -> Any:
+        raise RuntimeError("exporter bug")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self._raise(spans)
+
+
+@pytest.mark.parametrize("encoded", [True, False], ids=["encoded", "sdk"])
+def test_an_exporter_that_raises_is_a_counted_failure(encoded, caplog):
+    sink = TraceSink(RaisingExporter(encoded), TraceConfig(max_export_batch_size=4,
+                                                           backpressure=True))
+    assert sink.encoded is encoded
+    for r in records(10):
+        sink.emit(r)
+    sink.shutdown()
+    st = sink.stats
+    assert (st.handed, st.exported, st.failed_spans, st.dropped) == (10, 0, 10, 0)
+    assert st.export_failures == 3  # batches of 4, 4, 2
+    assert "OTLP span export raised" in caplog.text
+
+
 def records(n: int) -> list[SpanRecord]:
     return [SpanRecord("busy", 7, i + 1, 99, 10**18, 10**18 + i, {}) for i in range(n)]
 
@@ -262,14 +290,18 @@ def test_backpressure_drops_nothing_with_a_tiny_queue(rx):
     assert sink.stats.dropped == 0 and len(rx.spans) == 500 == sink.stats.exported
 
 
-def test_export_failures_are_counted(rx):
+@pytest.mark.parametrize("sdk", [False, True], ids=["encoded", "sdk"])
+def test_export_failures_are_counted(rx, sdk):
+    """Both paths (spans encoded by wire.py, SDK spans through CountingExporter) count alike."""
     rx.fail_status = 400  # not retryable: the exporter gives the batch up at once
-    sink = TraceSink(otlp_exporter(rx.endpoint, timeout=2), TraceConfig())
+    sink = TraceSink(otlp_exporter(rx.endpoint, timeout=2), TraceConfig(), sdk=sdk)
+    assert sink.encoded is not sdk
     p = Pipeline(traces=sink)
     for r in records(10):
         sink.emit(r)
     sink.shutdown()
     assert sink.stats.export_failures >= 1 and sink.stats.failed_spans == 10
+    assert sink.stats.handed == 10 and sink.stats.exported == 0
     text = parse(render_bytes(p.registry).decode())
     assert value(text, "zaroz_traces_export_failures_total") == sink.stats.export_failures
 

@@ -105,16 +105,21 @@ class WorkloadLog:
                 self.give_up(min(self.pending) - 1)
         return "invalid" if obj is _INVALID else "accepted"
 
-    def offer_many(self, objs: Iterable[Any], not_json: object, source: str = "file") -> None:
+    def offer_many(self, objs: Iterable[Any], not_json: object, source: str = "file",
+                   slow: Callable[[Any, str], object] | None = None) -> None:
         """`offer` of each decoded line in order (`not_json` stands for a line that was no JSON:
         `reject_json`), for replay. The usual case runs inline: a valid unit event with the next
         seq, nothing waiting, from a source whose newest run it continues; it is `_apply`'s body
         with the lookups hoisted out of the loop. Everything else (workload events such as
-        units.scaled, pings, gaps, invalid events) takes `offer`. The observer and tap
-        see the same calls in the same order as from `offer` line by line (tests compare them).
+        units.scaled, pings, gaps, invalid events) takes `offer`, or `slow` when given (a
+        wrapper of `offer`: the report notes the line of an event left waiting behind a gap).
+        `objs` is iterated once, in order, one line at a time, so a caller can tell the line
+        being applied from its iterator. The observer and tap see the same calls in the same
+        order as from `offer` line by line (tests compare them).
         (Counting the applied events per batch instead was measured: it cost more than it saved
         at replay's batches of ~25 lines.)"""
-        valid, offer, obs = is_valid_event, self.offer, self.obs
+        valid, obs = is_valid_event, self.obs
+        offer = self.offer if slow is None else slow
         applied, invalid = obs.applied, obs.invalid
         units, handlers, known, tap = self.units, HANDLERS, KNOWN_TYPES, self.tap
         pending, nxt = self.pending, self.next

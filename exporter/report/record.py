@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
+from operator import length_hint
 from pathlib import Path
 from typing import Any
 
@@ -26,45 +27,62 @@ Event = tuple[str, str, Any]  # (occurred_at, type, seq)
 Tap = Callable[[str, str, str, dict[str, Any], str | None], None]
 
 
-class _NotJson:
-    """A line that does not parse: one instance per line, so the cursor can find it."""
-
-    __slots__ = ()
+NOT_JSON = object()  # stands for a line that does not parse (offer_many's `not_json`)
 
 
 class Cursor:
-    """Where the reader is: the file, and the event being offered (`obj`) within the batch of
-    lines being applied. The line number is worked out only when an anomaly asks for it, so an
-    event costs one attribute store. An event that waits behind a gap is applied later, when
-    another line is read: the lines of waiting events are kept (`pending`) until applied."""
+    """Where the reader is: the file, and the line being offered within the batch of lines
+    being applied. `WorkloadLog.offer_many` takes the batch's iterator (`it`), so the line is
+    where that iterator stands: worked out only when an anomaly asks for it, it costs the
+    batched path nothing per line. (An event that waits behind a gap is applied later, when
+    another line is read: its workload's ReportMetrics keeps where it was read, `waiting`.)"""
 
-    __slots__ = ("base", "batch", "file", "linemap", "obj", "pending")
+    __slots__ = ("base", "batch", "file", "it", "linemap")
 
     def __init__(self) -> None:
         self.file = ""
         self.base = 0  # lines before the batch
         self.batch: list[Any] = []  # the batch's decoded lines, blank lines left out
+        self.it: Iterator[Any] = iter(self.batch)  # the iterator offer_many advances
         self.linemap: list[int] | None = None  # batch index -> line in it, when blanks moved it
-        self.obj: Any = None
-        self.pending: dict[int, int] = {}  # seq -> line, of events waiting behind a gap
+
+    def start(self, batch: list[Any]) -> Iterator[Any]:
+        """The batch's iterator, to be given to offer_many: the cursor follows it."""
+        self.batch = batch
+        self.it = it = iter(batch)
+        return it
+
+    @property
+    def index(self) -> int:
+        """The batch index of the line the iterator gave last (-1: none). A list iterator's
+        length hint is exactly how many items it has left (0 once exhausted: the last line
+        stays the current one, as after a batch)."""
+        return len(self.batch) - length_hint(self.it) - 1
+
+    @property
+    def obj(self) -> Any:
+        """The decoded line being offered (None before the batch's first)."""
+        i = self.index
+        return self.batch[i] if i >= 0 else None
 
     @property
     def line(self) -> int:
         """The line of the event being offered (0: none, at the end of input)."""
-        for i, o in enumerate(self.batch):
-            if o is self.obj:
-                return self.base + (self.linemap[i] if self.linemap else i + 1)
-        return 0
+        i = self.index
+        if i < 0:
+            return 0
+        return self.base + (self.linemap[i] if self.linemap else i + 1)
 
     @property
     def seq(self) -> Any:
         """The seq of the event being offered, read only when an anomaly needs it."""
-        return self.obj.get("seq") if type(self.obj) is dict else None
+        obj = self.obj
+        return obj.get("seq") if type(obj) is dict else None
 
-    def line_of(self, seq: int) -> int:
-        """The line an event being applied was read from."""
-        line = self.pending.get(seq) if self.pending else None
-        return self.line if line is None else line
+    def end(self, file: str) -> None:
+        """No line is being read (end of input): anomalies found now have line 0."""
+        self.file, self.batch, self.linemap = file, [], None
+        self.it = iter(self.batch)
 
 
 class Timelines:
@@ -128,6 +146,9 @@ class ReportMetrics(WorkloadMetrics):
         self.points: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
         self._samples: tuple[int, dict[str, list[int]]] = (-1, {})
         self.anomalies: list[tuple[str, str, int, Any, str]] = []  # kind, file, line, seq, what
+        # seq -> (file, line) of this workload's events left waiting behind a gap: they are
+        # applied when a later line (or the end of input) fills or gives up the gap.
+        self.waiting: dict[int, tuple[str, int]] = {}
         self.timelines = Timelines(self.cursor)
 
     def _anomaly(self, kind: str, what: str, seq: Any = None) -> None:
@@ -175,9 +196,17 @@ class ReportMetrics(WorkloadMetrics):
         """Located at the event being applied, which may have waited behind a gap."""
         super().skew(measurement)
         if len(self.anomalies) < ANOMALIES_KEPT:
-            c, seq = self.cursor, self.timelines.log.next
-            self.anomalies.append(("clock skew", c.file, c.line_of(seq), seq,
+            seq = self.timelines.log.next
+            where = self.waiting.get(seq) if self.waiting else None
+            if where is None:
+                where = (self.cursor.file, self.cursor.line)
+            self.anomalies.append(("clock skew", *where, seq,
                                    f"{measurement}: end stamped before start"))
+
+    def forget_applied(self, applied_through: int) -> None:
+        """Drop where the events up to this seq waited: they are applied."""
+        for s in [s for s in self.waiting if s <= applied_through]:
+            del self.waiting[s]
 
 
 def recording(cursor: Cursor) -> Callable[[Registry, str], ReportMetrics]:
@@ -215,13 +244,12 @@ def _batches(path: LogFile, cursor: Cursor) -> Iterator[list[Any]]:
                     if line.isspace():
                         blank = True
                     else:
-                        append(_NotJson())
+                        append(NOT_JSON)
             # Where the kept lines sit among all of the batch's, when blank lines moved them.
             linemap = [k + 1 for k, ln in enumerate(lines) if not ln.isspace()] if blank else None
-            cursor.base, cursor.batch, cursor.linemap = base, batch, linemap
+            cursor.base, cursor.linemap = base, linemap
             base += len(lines)
             yield batch
-
 
 
 def report_metrics(log: WorkloadLog) -> ReportMetrics:
@@ -232,10 +260,27 @@ def report_metrics(log: WorkloadLog) -> ReportMetrics:
     return obs
 
 
+def _noting_waiting(log: WorkloadLog, cursor: Cursor,
+                    waiting: dict[int, tuple[str, int]]) -> Callable[[Any, str], object]:
+    """offer_many's `slow`: `offer`, then where an event it left waiting behind a gap was read
+    (only offer can leave one waiting: the inline path applies the next seq, nothing waiting).
+    The first arrival of a seq is the one that waits; a later one is a duplicate."""
+    offer = log.offer
+
+    def offer_noting(obj: Any, source: str) -> object:
+        what = offer(obj, source)
+        if log.pending:  # rare: did this event stay behind a gap?
+            seq = obj.get("seq") if type(obj) is dict else None
+            if type(seq) in (int, float) and seq in log.pending and seq not in waiting:
+                waiting[seq] = (cursor.file, cursor.line)
+        return what
+    return offer_noting
+
+
 def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
                          workload: str | None, cursor: Cursor) -> None:
-    """replay.apply_files, telling the cursor which event is being offered (blank lines
-    count in line numbers)."""
+    """replay.apply_files (offer_many, batch by batch), the cursor following each batch's
+    iterator so that every anomaly is located (blank lines count in line numbers)."""
     for f in files:
         path = f if isinstance(f, LogFile) else LogFile(f, workload_of(f))
         name = workload or path.workload
@@ -243,31 +288,20 @@ def apply_files_recorded(pipeline: Pipeline, files: Iterable[Path | LogFile],
         obs = report_metrics(log)
         if obs.timelines.log is None:
             log.tap = _chain(log.tap, obs.timelines.tap_for(log))
-        offer, reject = log.offer, log.reject_json
-        pending = cursor.pending
+        offer_many, slow = log.offer_many, _noting_waiting(log, cursor, obs.waiting)
+        start = cursor.start
         cursor.file = path.short_name
         n = 0
         for batch in _batches(path, cursor):
-            for obj in batch:
-                cursor.obj = obj
-                if obj.__class__ is _NotJson:
-                    reject()
-                    continue
-                offer(obj)
-                if log.pending:  # rare: did this event stay behind a gap?
-                    seq = cursor.seq
-                    if seq in log.pending and seq not in pending:
-                        pending[seq] = cursor.line
+            offer_many(start(batch), NOT_JSON, "file", slow)
             n += len(batch)
             if n >= EXPIRE_EVERY:
                 n = 0
                 pipeline.expire_workload(name, log.clock)
                 obs.timelines.finish_all(log.units)
-                for s in [s for s in pending if s < log.next]:
-                    del pending[s]
+                obs.forget_applied(log.applied_through)
     for name, log in pipeline.logs.items():
-        cursor.file, cursor.batch, cursor.obj = "(end of input)", [], None
-        cursor.pending.clear()  # lines of another file's waiting events are not this one's
+        cursor.end("(end of input)")  # gaps given up now are located here; skews where read
         log.flush()
         pipeline.expire_workload(name, log.clock)
         report_metrics(log).timelines.finish_all()

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING
 from exporter.catalog import Kind, Metric
 from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import ZERO_THRESHOLD
-from exporter.sinks.metrics.series import HistogramSeries, Series
+from exporter.sinks.metrics.series import HistogramSeries, Series, exemplar_time
 from exporter.sinks.varint import SMALL, VARINTS, varint
-from exporter.timestamps import parse_rfc3339_ns
 
 if TYPE_CHECKING:
     from exporter.sinks.metrics.family import Registry
@@ -86,13 +85,9 @@ def _exemplar(e: tuple[str, str, int, str]) -> bytes:
     w, uid, ns, at = e
     msg = field(0x0A, field(0x0A, b"trace_id") + field(0x12, trace_hex(w, uid).encode()))
     msg += b"\x11" + _pack_double(ns / 1e9)
-    if at:
-        try:
-            s, frac = divmod(parse_rfc3339_ns(at), 1_000_000_000)
-        except ValueError:
-            pass
-        else:
-            msg += field(0x1A, b"\x08" + varint(s) + (b"\x10" + varint(frac) if frac else b""))
+    if at and (t := exemplar_time(at)) is not None:
+        s, frac = t
+        msg += field(0x1A, b"\x08" + varint(s) + (b"\x10" + varint(frac) if frac else b""))
     return msg
 
 

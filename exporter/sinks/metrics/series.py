@@ -136,13 +136,19 @@ class CounterCallback(CallbackSeries, CounterSeries):
     __slots__ = ()
 
 
-def exemplar_timestamp(at: str) -> str:
-    """An RFC 3339 occurred_at as exact Unix seconds with 9 fraction digits ("" if unusable)."""
+def exemplar_time(at: str) -> tuple[int, int] | None:
+    """An exemplar's timestamp, for every format: the RFC 3339 occurred_at as exact (Unix
+    seconds, nanoseconds); None if unusable (the exemplar then goes without one)."""
     try:
-        s, frac = divmod(parse_rfc3339_ns(at), 1_000_000_000)
+        return divmod(parse_rfc3339_ns(at), 1_000_000_000)
     except ValueError:
-        return ""
-    return f" {s}.{frac:09d}"
+        return None
+
+
+def exemplar_timestamp(at: str) -> str:
+    """`exemplar_time` as OpenMetrics text: seconds with 9 fraction digits ("" if unusable)."""
+    t = exemplar_time(at)
+    return "" if t is None else f" {t[0]}.{t[1]:09d}"
 
 
 class HistogramSeries:

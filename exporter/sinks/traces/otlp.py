@@ -93,6 +93,27 @@ class TraceStats:
         self.failed_spans = 0  # spans in those batches
 
 
+def counted_export(stats: TraceStats, export_log: ExportLog | None, n: int,
+                   export: Callable[[], bool]) -> bool:
+    """One export call of `n` spans (encoded or SDK spans), counted: handed, then exported or
+    failed. An exception is a failure, logged: an exporter bug must not kill the export
+    thread. A success also tells the export log (it logs the recovery from failures)."""
+    stats.handed += n
+    try:
+        ok = export()
+    except Exception:
+        log.exception("OTLP span export raised")
+        ok = False
+    if ok:
+        stats.exported += n
+        if export_log is not None:
+            export_log.success()
+    else:
+        stats.export_failures += 1
+        stats.failed_spans += n
+    return bool(ok)
+
+
 class CountingExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, stats: TraceStats,
                  export_log: ExportLog | None = None) -> None:
@@ -102,23 +123,11 @@ class CountingExporter(SpanExporter):
         self.on_handled: Callable[[Iterable[int]], None] | None = None  # the Outbox's
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        st = self.stats
-        st.handed += len(spans)
-        try:
-            result = self.inner.export(spans)
-        except Exception:  # an exporter bug must not kill the batch thread
-            log.exception("OTLP span export raised")
-            result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            st.exported += len(spans)
-            if self.export_log is not None:
-                self.export_log.success()
-        else:
-            st.export_failures += 1
-            st.failed_spans += len(spans)
+        ok = counted_export(self.stats, self.export_log, len(spans),
+                            lambda: self.inner.export(spans) is SpanExportResult.SUCCESS)
         if self.on_handled is not None:
             self.on_handled(s.context.span_id for s in spans if s.context is not None)
-        return result
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
         self.inner.shutdown()
@@ -344,20 +353,9 @@ class TraceSink:
 
     def _export_encoded(self, batch: list[SpanRecord]) -> None:
         """One batch (the Batcher's thread, or the caller's under backpressure)."""
-        st, n = self.stats, len(batch)
-        st.handed += n
-        try:
-            ok = self._encoded_to.export_encoded(self.encoder.request(batch), n)
-        except Exception:  # an exporter bug must not kill the export thread
-            log.exception("OTLP span export raised")
-            ok = False
-        if ok:
-            st.exported += n
-            if self.export_log is not None:
-                self.export_log.success()
-        else:
-            st.export_failures += 1
-            st.failed_spans += n
+        n = len(batch)
+        counted_export(self.stats, self.export_log, n, lambda: self._encoded_to.export_encoded(
+            self.encoder.request(batch), n))
         if self._on_handled is not None:
             self._on_handled([r.span_id for r in batch])
 

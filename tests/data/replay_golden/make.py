@@ -25,6 +25,7 @@ OUTPUTS = (
     ("openmetrics.txt", ("--format", "openmetrics")),
     ("summary.txt", ("--summary",)),
 )
+REPORT = "report.html.gz"  # `replay --report`'s HTML of the same inputs, gzipped
 
 
 def inputs() -> list[Path]:
@@ -82,10 +83,20 @@ def replay(args: tuple[str, ...]) -> bytes:
     return subprocess.run(cmd, capture_output=True, check=True).stdout
 
 
+def report(out: Path) -> bytes:
+    """The HTML `replay --report out` writes for the inputs (its stdout is the exposition)."""
+    replay(("--report", str(out)))
+    return out.read_bytes()
+
+
 def main() -> None:
+    import tempfile
+
     make_inputs()
     for name, args in OUTPUTS:
         (HERE / name).write_bytes(replay(args))
+    with tempfile.TemporaryDirectory() as d:
+        (HERE / REPORT).write_bytes(gzip.compress(report(Path(d) / "report.html"), mtime=0))
 
 
 if __name__ == "__main__":
