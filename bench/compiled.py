@@ -26,8 +26,11 @@ when it runs), and after each round reports a digest of its output: the rendered
 every UnitSignal's state after the watch batch; replay's exposition (text and OpenMetrics). A
 compiled child whose digest differs from the pure one's changed results: that is printed.
 
+With `--instructions`, each child's cases are also counted in instructions under valgrind
+(cachegrind), the figure the machine's load cannot move, on a smaller model and log.
+
 Run: python -m bench.compiled [--objects N] [--events N] [--rounds K] [--replay-events N]
-                              [--sets proposed,path] [--rebuild]
+                              [--sets proposed,path] [--rebuild] [--instructions]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -44,6 +48,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -196,7 +201,7 @@ def _digest(*parts: bytes) -> str:
 class Watch:
     """One child's model, synced, and the reflector it is fed through (bench/cluster.py's)."""
 
-    def __init__(self, data: Path, objects: int) -> None:
+    def __init__(self, data: Path, objects: int, warm: bool = True) -> None:
         from bench.cluster import EventSource, local_sync
         from exporter.sinks.metrics.kube import KubeMetrics
         from exporter.sources.kube.reflector import Reflector
@@ -213,7 +218,8 @@ class Watch:
         self.reflector.resource_version = str(rv)
         self.reflector.keys = set(self.model.objects)
         self.source = EventSource(raws, rv + 10, 3)
-        self.round(objects)  # warm-up (not reported)
+        if warm:
+            self.round(objects)  # warm-up (not reported)
 
     def round(self, events: int) -> dict[str, Any]:
         from bench.cluster import apply_reflector_typed, typed_only
@@ -281,6 +287,92 @@ def probe(data: Path) -> None:
     except Exception as e:
         out["exporter/sources/kube/typed.py"] = f"import fails: {type(e).__name__}: {e}"
     print(json.dumps(out), flush=True)
+
+
+COUNT_MODES = ("watch-setup", "watch", "watch-floor", "replay-setup", "replay", "replay-floor")
+
+
+def count(mode: str, data: Path, objects: int, events: int, log: Path) -> None:
+    """One case, once, for valgrind to count: `*-setup` stops where the measured call would
+    start (imports, sync, lines made, pipeline built), the others make that one call after it."""
+    _pin_clock()
+    if mode.startswith("watch"):
+        from bench.cluster import apply_reflector_typed, typed_only
+
+        w = Watch(data, objects, warm=False)
+        lines = w.source.lines(events)
+        gc.collect()
+        if mode == "watch":
+            apply_reflector_typed(w.reflector, lines)
+        elif mode == "watch-floor":
+            typed_only(lines)
+        return
+    from bench.replay import floor_once
+    from exporter.commands.replay import apply_files
+    from exporter.wiring.events import Pipeline
+
+    pipeline = Pipeline()
+    gc.collect()
+    if mode == "replay":
+        apply_files(pipeline, [log], None)
+    elif mode == "replay-floor":
+        floor_once([log])
+
+
+def _instructions(tree: Path, mode: str, args: argparse.Namespace, data: Path, log: Path) -> int:
+    """Instructions of one `count` run under valgrind's cachegrind (no cache simulation), with
+    a fixed hash seed so two runs of the same case count the same."""
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, "-P", "-m", "bench.compiled", "--count", mode, "--child",
+           str(data), "--objects", str(args.count_objects),
+           "--events", str(args.count_events), "--count-log", str(log)]
+    res = subprocess.run(cmd, cwd=tree, env=_env(tree) | {"PYTHONHASHSEED": "0"},
+                         capture_output=True, text=True)
+    m = re.search(r"I\s+refs:\s+([\d,]+)", res.stderr)
+    if res.returncode != 0 or m is None:
+        raise SystemExit(f"bench.compiled: valgrind {mode} in {tree} failed:\n{res.stderr[-2000:]}")
+    return int(m[1].replace(",", ""))
+
+
+def count_log(lines: int, events: int) -> Path:
+    """The first `lines` lines of the replay log's first file (the README's earlier counts)."""
+    from bench.replay import generate
+
+    src = generate(events, 3, SEED)[0]
+    path = OUT / f"compiled-count-{lines}" / src.name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(src, "rb") as f:
+            path.write_bytes(b"".join(f.readline() for _ in range(lines)))
+    return path
+
+
+def instructions(trees: dict[str, Path], args: argparse.Namespace) -> None:
+    """Each child's instructions an event, setup subtracted: the figure the load cannot move."""
+    log = count_log(args.count_lines, args.replay_events)
+    data = make_objects(args.count_objects)
+    jobs = [(name, mode) for name in trees for mode in COUNT_MODES
+            if not (mode.endswith("floor") and name != "pure")]  # the floor is the same code
+    t = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores
+        counted = pool.map(lambda j: _instructions(trees[j[0]], j[1], args, data, log), jobs)
+        counts = dict(zip(jobs, counted, strict=True))
+    print(f"\ninstructions (valgrind cachegrind --cache-sim=no, PYTHONHASHSEED=0; each case once "
+          f"in its own child, minus the same child stopped before the measured call; "
+          f"{time.perf_counter() - t:.0f} s): watch {args.count_events:,} lines on "
+          f"{args.count_objects:,} synced objects; replay {args.count_lines:,} lines of "
+          f"{log.name}")
+    rows = [["path", "child", "instructions", "an event", "vs pure", "/ floor"]]
+    for path, n in (("watch", args.count_events), ("replay", args.count_lines)):
+        floor = counts[("pure", f"{path}-floor")] - counts[("pure", f"{path}-setup")]
+        pure = counts[("pure", path)] - counts[("pure", f"{path}-setup")]
+        for name in trees:
+            c = counts[(name, path)] - counts[(name, f"{path}-setup")]
+            rows.append([path, name, f"{c / 1e6:,.1f} M", f"{c / n / 1e3:,.1f} k",
+                         f"{c / pure:.2f}", f"{c / floor:.2f}"])
+        rows.append([path, "floor", f"{floor / 1e6:,.1f} M", f"{floor / n / 1e3:,.1f} k", "",
+                     "1.00"])
+    print(table(rows))
 
 
 def child(data: Path, objects: int, replay_events: int) -> None:
@@ -385,9 +477,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     ap.add_argument("--sets", default=",".join(SETS), help="compiled sets, of: " + ", ".join(SETS))
     ap.add_argument("--rebuild", action="store_true", help="compile again even when cached")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions under valgrind (a few minutes more)")
+    ap.add_argument("--count-objects", type=int, default=2_000, help="objects, when counting")
+    ap.add_argument("--count-events", type=int, default=5_000, help="watch lines, when counting")
+    ap.add_argument("--count-lines", type=int, default=40_000, help="replay lines, when counting")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--count", choices=COUNT_MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--count-log", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.count is not None:
+        count(args.count, args.child, args.objects, args.events, args.count_log)
+        return
     if args.child is not None:
         child(args.child, args.objects, args.replay_events)
         return
@@ -444,6 +546,8 @@ def main(argv: list[str] | None = None) -> None:
         used = sorted({m for rs in results[k.name].values() for x in rs for m in x["compiled"]})
         print(f"{k.name}: {len(used)} compiled modules in use" + (f": {', '.join(used)}"
                                                                   if used else ""))
+    if args.instructions:
+        instructions(trees, args)
     rs = results["pure"]["watch"]
     print(f"watch digests: {len({x['digest'] for x in rs})} distinct over {len(rs)} rounds of "
           "pure (each batch moves the output on); replay digests: "
