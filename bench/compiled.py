@@ -27,10 +27,11 @@ every UnitSignal's state after the watch batch; replay's exposition (text and Op
 compiled child whose digest differs from the pure one's changed results: that is printed.
 
 With `--instructions`, each child's cases are also counted in instructions under valgrind
-(cachegrind), the figure the machine's load cannot move, on a smaller model and log.
+(cachegrind), the figure the machine's load cannot move, on a smaller model and log. With
+`--tests`, the project's tests of these modules run against each compiled tree.
 
 Run: python -m bench.compiled [--objects N] [--events N] [--rounds K] [--replay-events N]
-                              [--sets proposed,path] [--rebuild] [--instructions]
+                              [--sets proposed,path] [--rebuild] [--instructions] [--tests]
 """
 
 from __future__ import annotations
@@ -375,6 +376,42 @@ def instructions(trees: dict[str, Path], args: argparse.Namespace) -> None:
     print(table(rows))
 
 
+# The tests of the compiled modules' behaviour (`--tests` runs them against each compiled tree).
+MODEL_TESTS = ("test_timestamps.py", "test_unitsignals_model.py", "test_unitsignals_typed.py",
+               "test_unitsignals_fast_path.py", "test_workload_offer_many.py",
+               "test_replay_golden.py")
+_PYTEST = ("import sys, pytest; rc = pytest.main(sys.argv[1:]); "
+           "from bench.compiled import _compiled_loaded; "
+           "print('COMPILED', len(_compiled_loaded())); sys.exit(int(rc))")
+
+
+def run_tests(trees: dict[str, Path]) -> None:
+    """The project's own tests of these modules, importing `exporter` from each compiled tree
+    (pytest's `pythonpath = ["."]` overridden, so the checkout's pure modules stay behind it)."""
+    print(f"\ntests against each compiled tree: {', '.join(MODEL_TESTS)}")
+    for name, tree in trees.items():
+        if name == "pure":
+            continue
+        cmd = [sys.executable, "-P", "-c", _PYTEST, "-q", "-p", "no:cacheprovider",
+               "--import-mode=append", "-o", "pythonpath=", "-o", "addopts=",
+               *(str(ROOT / "tests" / t) for t in MODEL_TESTS)]
+        res = subprocess.run(cmd, cwd=tree, env=_env(tree), capture_output=True, text=True)
+        out = res.stdout.splitlines()
+        loaded = next((ln.split()[1] for ln in out if ln.startswith("COMPILED")), "?")
+        summary = next((ln for ln in reversed(out) if " passed" in ln or " failed" in ln), "?")
+        print(f"{name}: {summary.strip('= ')} ({loaded} compiled modules loaded)")
+        failed: dict[str, list[str]] = {}
+        test = ""
+        for ln in out:  # each failing test's first error line, grouped
+            if ln.startswith("_") and ln.endswith("_"):
+                test = ln.strip("_ ")
+            elif ln.startswith("E ") and test:
+                failed.setdefault(ln[1:].strip()[:140], []).append(test)
+                test = ""
+        for err, tests in failed.items():
+            print(f"  {len(tests)} x {err}  [{tests[0]}{', ...' if len(tests) > 1 else ''}]")
+
+
 def child(data: Path, objects: int, replay_events: int) -> None:
     """Answer `watch N` and `replay` lines on stdin with one JSON line each, until EOF."""
     _pin_clock()
@@ -482,6 +519,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--count-objects", type=int, default=2_000, help="objects, when counting")
     ap.add_argument("--count-events", type=int, default=5_000, help="watch lines, when counting")
     ap.add_argument("--count-lines", type=int, default=40_000, help="replay lines, when counting")
+    ap.add_argument("--tests", action="store_true",
+                    help="also run the model's tests against each compiled tree (~30 s)")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--count", choices=COUNT_MODES, help=argparse.SUPPRESS)
     ap.add_argument("--count-log", type=Path, help=argparse.SUPPRESS)
@@ -548,6 +587,8 @@ def main(argv: list[str] | None = None) -> None:
                                                                   if used else ""))
     if args.instructions:
         instructions(trees, args)
+    if args.tests:
+        run_tests(trees)
     rs = results["pure"]["watch"]
     print(f"watch digests: {len({x['digest'] for x in rs})} distinct over {len(rs)} rounds of "
           "pure (each batch moves the output on); replay digests: "
