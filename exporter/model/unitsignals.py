@@ -311,6 +311,9 @@ class UnitSignalModel:
             since = now
 
         lag = max(0, generation - (observed or 0)) if generation is not None else 0
+        if allowed:  # kept in the state: the object's own copy only when they changed
+            allowed = old.labels if old is not None and allowed == old.labels else (
+                self._shared(allowed))
         state = _new_state(SignalState, (
             workload,
             t.unit_id,
@@ -510,9 +513,11 @@ class UnitSignalModel:
             v = labels.get(name)
             if type(v) is str:
                 out.append((name, intern(v)))
-        allowed = tuple(out)
-        # Objects of a team share their allowlisted labels: one tuple each, not one an object
-        # (~100 B of 100k objects' memory). Bounded, whatever the labels hold.
+        return tuple(out)
+
+    def _shared(self, allowed: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        """Objects of a team share their allowlisted labels: one tuple each, not one an object
+        (~100 B of 100k objects' memory). Bounded, whatever the labels hold."""
         shared = self._shared_labels.get(allowed)
         if shared is None:
             if len(self._shared_labels) >= 4096:
