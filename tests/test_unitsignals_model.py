@@ -310,3 +310,24 @@ def test_list_page_returns_the_keys_the_reflector_would_have_read():
     assert keys == [("team-a", "u1"), ("team-b", "u2"), ("team-a", "u3"), ("", "x"), ("n", "y")]
     assert ("team-a", "u3") not in model.objects  # another shard's
     assert keys[0] is next(iter(model.objects))  # shared, not a second tuple per object
+
+
+def test_what_100k_objects_repeat_is_kept_once():
+    """Memory at 100k objects: a team's allowlisted labels, the agent's version and activity,
+    and an acknowledged allocation's id are one object each, not one copy per UnitSignal (each
+    object arrives decoded with its own strings)."""
+    import orjson
+
+    model, _, _ = setup(("team",))
+    alloc = {"id": "alloc-1", "generation": 1, "allocatedAt": iso(T0)}
+    for name in ("u1", "u2"):
+        obj = unitsignal(name, allocation=alloc, status_=status(
+            agentVersion="1.5.0", activity="busy", allocationAck="alloc-1"))
+        model.upsert(orjson.loads(orjson.dumps(obj)), T0 + 1)
+    a, b = model.objects[("team-a", "u1")], model.objects[("team-a", "u2")]
+    assert a.state is not None and b.state is not None
+    assert a.state.labels == (("team", "blue"),) and a.state.labels is b.state.labels
+    assert a.status_key is not None and b.status_key is not None
+    assert a.status_key[1] == "1.5.0" and a.status_key[1] is b.status_key[1]  # agentVersion
+    assert a.status_key[4] == "busy" and a.status_key[4] is b.status_key[4]  # activity
+    assert a.status_key[7] == "alloc-1" and a.status_key[7] is a.alloc_id  # the spec's id
