@@ -45,6 +45,7 @@ class Held:
 
 
 S = TypeVar("S", bound=Series | HistogramSeries)
+C = TypeVar("C", bound=CallbackSeries)
 
 
 class Family(Generic[S]):
@@ -100,6 +101,16 @@ class Family(Generic[S]):
             s = self.series[values] = self.series_class(self, values)
             if self._pb_todo is not None:
                 self._pb_late.append(s)
+        return s
+
+    def _callback(self, values: tuple[str, ...], kind: type[C], fn: Callable[[], float]) -> C:
+        """A series of `kind` whose value `fn` gives at each scrape, in place of any series of
+        these label values."""
+        self.remove(*values)
+        s = kind(self, values, fn)
+        self.series[values] = cast(S, s)
+        if self._pb_todo is not None:
+            self._pb_late.append(s)
         return s
 
     def remove(self, *values: str) -> None:
@@ -242,11 +253,7 @@ class CounterFamily(Family[CounterSeries]):
 
     def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> CounterCallback:
         """A series whose value `fn` gives at each scrape (a count kept elsewhere)."""
-        self.remove(*values)
-        s = self.series[values] = CounterCallback(self, values, fn)
-        if self._pb_todo is not None:
-            self._pb_late.append(s)
-        return s
+        return self._callback(values, CounterCallback, fn)
 
 
 class GaugeFamily(Family[GaugeSeries]):
@@ -257,11 +264,7 @@ class GaugeFamily(Family[GaugeSeries]):
 
     def callback(self, values: tuple[str, ...], fn: Callable[[], float]) -> GaugeCallback:
         """A series whose value `fn` gives at each scrape."""
-        self.remove(*values)
-        s = self.series[values] = GaugeCallback(self, values, fn)
-        if self._pb_todo is not None:
-            self._pb_late.append(s)
-        return s
+        return self._callback(values, GaugeCallback, fn)
 
 
 class HistogramFamily(Family[HistogramSeries]):
