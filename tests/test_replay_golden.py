@@ -104,3 +104,11 @@ def test_every_clock_skew_names_the_line_of_its_event(tmp_path, capsysbinary):
     for file, line, seq in skews:
         assert file in texts, (file, line, seq)
         assert orjson.loads(texts[file][int(line) - 1])["seq"] == int(seq), (file, line, seq)
+
+
+def test_an_anomaly_found_at_the_end_of_input_names_no_line(tmp_path, capsysbinary):
+    """Gaps given up when the input ends were read from no line: the report says where, and no
+    line number (`:0` read as a line of a file called "(end of input)")."""
+    html = _report(tmp_path, inputs())
+    assert html.count(b'data-kind="gap"><td>gap</td><td><code>(end of input)</code>') > 10
+    assert b"(end of input):" not in html

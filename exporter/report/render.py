@@ -163,7 +163,7 @@ def _anomalies(obs: ReportMetrics, counts: tuple[str, ...]) -> str:
         return f'<div class="badges">{head}</div><p class="muted">none</p>'
     rows = "".join(
         f'<tr class="anomaly" data-kind="{escape(k)}"><td>{escape(k)}</td>'
-        f"<td><code>{escape(f)}:{line}</code></td>"
+        f"<td><code>{escape(f)}{f':{line}' if line else ''}</code></td>"  # 0: no line read
         f"<td><code>{'–' if seq is None else escape(str(seq))}</code></td>"
         f"<td>{escape(what)}</td></tr>"
         for k, f, line, seq, what in obs.anomalies[:ANOMALIES_SHOWN])
