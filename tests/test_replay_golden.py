@@ -106,6 +106,24 @@ def test_every_clock_skew_names_the_line_of_its_event(tmp_path, capsysbinary):
         assert orjson.loads(texts[file][int(line) - 1])["seq"] == int(seq), (file, line, seq)
 
 
+def test_every_invalid_event_names_the_line_it_was_read_from(tmp_path, capsysbinary):
+    """An event failing the schema that still holds its seq is counted when applied, which may
+    be after it waited behind a gap (until a later line fills it, or the end of input gives it
+    up): it names the file and line it was read from, and its seq."""
+    import orjson
+
+    html = _report(tmp_path, inputs()).decode()
+    texts = {p.name: gzip.decompress(p.read_bytes()).splitlines() for p in inputs()}
+    rows = re.findall(r'data-kind="invalid"><td>invalid</td><td><code>([^<]*)</code></td>'
+                      r"<td><code>([^<]*)</code></td><td>fails the schema", html)
+    with_seq = [(where, seq) for where, seq in rows if seq != "–"]
+    assert len(with_seq) > 50
+    for where, seq in with_seq:
+        file, _, line = where.rpartition(":")
+        assert file in texts, (where, seq)
+        assert orjson.loads(texts[file][int(line) - 1])["seq"] == int(seq), (where, seq)
+
+
 def test_an_anomaly_found_at_the_end_of_input_names_no_line(tmp_path, capsysbinary):
     """Gaps given up when the input ends were read from no line: the report says where, and no
     line number (`:0` read as a line of a file called "(end of input)")."""

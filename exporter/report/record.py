@@ -185,8 +185,15 @@ class ReportMetrics(WorkloadMetrics):
         self._anomaly("duplicate", "seq already applied")
 
     def invalid(self, reason: str) -> None:
+        """Found when read, or (an invalid event that held its seq) when applied, which may be
+        after it waited behind a gap: then located where it was read."""
         super().invalid(reason)
-        self._anomaly("invalid", "not JSON" if reason == "json" else "fails the schema")
+        what = "not JSON" if reason == "json" else "fails the schema"
+        where = self._waited()
+        if where is None:
+            self._anomaly("invalid", what)
+        elif len(self.anomalies) < ANOMALIES_KEPT:
+            self.anomalies.append(("invalid", *where, self.timelines.log.next, what))
 
     def gap(self, first: int, last: int) -> None:
         super().gap(first, last)
@@ -196,12 +203,14 @@ class ReportMetrics(WorkloadMetrics):
         """Located at the event being applied, which may have waited behind a gap."""
         super().skew(measurement)
         if len(self.anomalies) < ANOMALIES_KEPT:
-            seq = self.timelines.log.next
-            where = self.waiting.get(seq) if self.waiting else None
-            if where is None:
-                where = (self.cursor.file, self.cursor.line)
-            self.anomalies.append(("clock skew", *where, seq,
+            where = self._waited() or (self.cursor.file, self.cursor.line)
+            self.anomalies.append(("clock skew", *where, self.timelines.log.next,
                                    f"{measurement}: end stamped before start"))
+
+    def _waited(self) -> tuple[str, int] | None:
+        """Where the event being applied was read, when it waited behind a gap (None: it is
+        the line being read)."""
+        return self.waiting.get(self.timelines.log.next) if self.waiting else None
 
     def forget_applied(self, applied_through: int) -> None:
         """Drop where the events up to this seq waited: they are applied."""
