@@ -29,8 +29,8 @@ from exporter.catalog import Metric
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
 
-# (the label block left open, `{a="x",b="y"`, for a column to add its own labels and close;
-# the state the columns read)
+# A row as a column renders it: (its label block, made at render and left open, `{a="x",b="y"`,
+# for the column to add its own labels and close; the state the columns read)
 Row = tuple[str, Any]
 
 

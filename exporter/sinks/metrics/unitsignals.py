@@ -44,7 +44,8 @@ def _labels_text(labels: tuple[tuple[str, str], ...]) -> str:
     return ",".join([f'{label_name(n)}="{esc(v)}"' for n, v in labels])
 
 
-# Rows hold their label block open, `{a="x",b="y"`, so a column appends its own labels.
+# A rendered row's label block is left open, `{a="x",b="y"`, so a column appends its own
+# labels (made per chunk by _blocks, not kept).
 # Field positions in SignalState, read by index (faster than NamedTuple attributes).
 _F = {name: i for i, name in enumerate(SignalState._fields)}
 _UNIT_ID, _KEY, _AGENT, _LABELS = _F["unit_id"], _F["key"], _F["agent_version"], _F["labels"]
