@@ -12,6 +12,7 @@ import asyncio
 import os
 import random
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.wiring.checkpoint import FILE, Checkpointer, CheckpointError, render_checkpointed
 from exporter.wiring.events import Pipeline
+from exporter.wiring.store import DB, read_state
 from tests.serving import Feed
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.config import SimConfig
@@ -132,7 +134,8 @@ def test_render_checkpointed_equals_checkpoint(tmp_path: Path):
     p = _fed(200)
     cp = Checkpointer(tmp_path, p)
     text = b"".join(render_checkpointed(p.registry, False, cp)).decode()
-    saved = orjson.loads((tmp_path / FILE).read_bytes())
+    saved = read_state(tmp_path)
+    assert saved is not None
     assert f'zaroz_events_last_seq{{workload="wl-1"}} {saved["workloads"]["wl-1"]["cursor"]}' \
         in text
 
@@ -258,7 +261,9 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
         await asyncio.sleep(1.0)
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
-        saved = orjson.loads((tmp_path / FILE).read_bytes())["workloads"]
+        stored = read_state(tmp_path)
+        assert stored is not None
+        saved = stored["workloads"]
         assert all(saved[w]["cursor"] == _last_seq(first, w) for w in LOGS)
         # Units created before the kill and not ready yet: their readiness spans the restart.
         waiting = sum(1 for w in LOGS for u in saved[w]["log"]["units"].values()
@@ -308,10 +313,12 @@ def test_a_family_whose_labels_changed_restarts_at_zero_not_the_whole_checkpoint
     cp = Checkpointer(tmp_path, p)
     cp.save()
     cp.close()
-    state = orjson.loads((tmp_path / FILE).read_bytes())
     # As a checkpoint from before zaroz_events_duplicate_total had its `source` label.
-    state["metrics"]["zaroz_events_duplicate_total"] = [["wl-1", 7]]
-    (tmp_path / FILE).write_bytes(orjson.dumps(state))
+    with sqlite3.connect(tmp_path / DB) as db:
+        db.execute("DELETE FROM series WHERE family = 'zaroz_events_duplicate_total'")
+        db.execute("INSERT INTO series VALUES ('zaroz_events_duplicate_total', ?, 7, NULL)",
+                   (orjson.dumps(["wl-1"]),))
+    db.close()
     q = Pipeline()
     Checkpointer(tmp_path, q).load()
     assert q.logs["wl-1"].snapshot() == p.logs["wl-1"].snapshot()
@@ -396,5 +403,6 @@ async def test_the_last_save_at_shutdown_keeps_a_backlog_held(tmp_path: Path):
     finally:
         await running.stop()
         await route.stop()
-    saved = orjson.loads((tmp_path / FILE).read_bytes())["workloads"][wl]
-    assert saved.get("held") is True
+    stored = read_state(tmp_path)
+    assert stored is not None
+    assert stored["workloads"][wl].get("held") is True

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 
 from exporter import catalog
 from exporter.wiring.expiry import ExpiryClock
+from exporter.wiring.store import read_state
 from tests.serving import Feed, Scraper, Serve, scrape
 from tests.simlogs import NS, assert_matches_truth, finite_logs, value
 from zaroz_sim.config import SimConfig
@@ -215,9 +215,10 @@ async def test_sigterm_saves_everything_applied_without_a_scrape(tmp_path: Path)
                         break
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.1)
-        assert not (state / "checkpoint.json").exists()
+        assert read_state(state) is None
         await serve.terminate()
-        saved = orjson.loads((state / "checkpoint.json").read_bytes())
+        saved = read_state(state)
+        assert saved is not None
         assert saved["workloads"]["wl-1"]["cursor"] == len(logs["wl-1"])
         # The next process starts from it: the whole truth at once, nothing fetched again.
         await serve.start()

@@ -18,8 +18,8 @@ import orjson
 
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
 from exporter.sinks.traces.outbox import ACKED_FILE
-from exporter.wiring.checkpoint import FILE
 from exporter.wiring.events import Pipeline
+from exporter.wiring.store import read_state
 from tests.otlp_receiver import OtlpReceiver, Span
 from tests.serving import Feed
 from tests.simlogs import finite_logs, parse, value
@@ -123,7 +123,9 @@ async def test_sigkill_between_created_and_ready_loses_and_repeats_no_span(tmp_p
             await proc.wait()
             before_kill = Counter(key(s) for s in rx.spans)
 
-            saved = orjson.loads((tmp_path / FILE).read_bytes())["traces"]
+            stored = read_state(tmp_path)
+            assert stored is not None
+            saved = stored["traces"]
             starting = {(w, uid): u[9]["starting"] for w, b in saved["builders"].items()
                         for uid, u in b["units"].items() if "starting" in u[9]}
             assert starting, "no unit was between unit.created and unit.ready at the kill"

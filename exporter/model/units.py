@@ -12,6 +12,7 @@ Interpretations where measurements.md is silent, documented in docs/metrics.md:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from exporter import vocabulary
@@ -39,10 +40,11 @@ class Unit:
                 self.drain_reason, self.last]
 
     @classmethod
-    def restore(cls, state: list[Any]) -> Unit:
-        """The inverse of `snapshot`."""
+    def restore(cls, state: Sequence[Any]) -> Unit:
+        """The inverse of `snapshot` (also of a stored row, whose flags are 0 or 1)."""
         u = cls(state[6])
-        u.created, u.ready, u.started, u.alloc, u.drain, u.drain_reason = state[:6]
+        u.created, u.alloc, u.drain, u.drain_reason = state[0], state[3], state[4], state[5]
+        u.ready, u.started = bool(state[1]), bool(state[2])
         return u
 
 

@@ -21,6 +21,7 @@ KNOWN_TYPES = frozenset(EVENT_TYPES)
 PING = "webhook.ping"
 # Marks a seq used up by an event that failed the schema (it is no gap, and it applies nothing).
 _INVALID = object()
+_GONE = object()
 SNAPSHOT_VERSION = 1
 
 
@@ -53,6 +54,32 @@ class WorkloadLog:
         self.sources: dict[str, SeqRanges] = {}
         # Optional consumer of every applied unit event, in seq order (the trace builder).
         self.tap: Callable[[str, str, str, dict[str, Any], str | None], None] | None = None
+        # What changed since the state layer last took it (`track`), as pure data, so a
+        # checkpoint writes only that: the ids of units changed or dropped, the seqs that
+        # entered or left `pending`, and this log's name in the pipeline-wide `moved` set
+        # (its own fields: cursor, clock, counts, sources). None: not tracked (no checkpoint).
+        self.touched: set[str] | None = None
+        self.pending_moved: set[int] | None = None
+        self._moved: set[str] | None = None
+        self._name = ""
+
+    def track(self, name: str, moved: set[str]) -> None:
+        """Record changes from now on (see `touched`); everything held now counts as changed."""
+        self._name, self._moved = name, moved
+        self.touched = set(self.units)
+        self.pending_moved = set(self.pending)
+        moved.add(name)
+
+    def taken(self) -> None:
+        """The state layer holds this log's state as it is now: nothing is changed."""
+        if self.touched is not None and self.pending_moved is not None:
+            self.touched.clear()
+            self.pending_moved.clear()
+
+    def _mark(self) -> None:
+        m = self._moved
+        if m is not None:
+            m.add(self._name)
 
     @property
     def clock(self) -> int:
@@ -84,6 +111,7 @@ class WorkloadLog:
                 self.obs.invalid("schema")
                 return "invalid"
             obj = _INVALID
+        self._mark()
         seen = self.sources.get(source)
         if seen is None:
             seen = self.sources[source] = SeqRanges()
@@ -101,6 +129,8 @@ class WorkloadLog:
             return "refetched"
         else:
             self.pending[seq] = obj
+            if self.pending_moved is not None:
+                self.pending_moved.add(seq)
             if len(self.pending) > self.max_pending:
                 self.give_up(min(self.pending) - 1)
         return "invalid" if obj is _INVALID else "accepted"
@@ -123,6 +153,8 @@ class WorkloadLog:
         applied, invalid = obs.applied, obs.invalid
         units, handlers, known, tap = self.units, HANDLERS, KNOWN_TYPES, self.tap
         pending, nxt = self.pending, self.next
+        touched = self.touched
+        self._mark()
         seen = self.sources.get(source)
         lasts = seen.lasts if seen is not None else None
         for obj in objs:
@@ -140,6 +172,8 @@ class WorkloadLog:
                         self.last_at = at = obj["occurred_at"]
                         applied(t if t in known else UNKNOWN, seq)
                         uid = unit["id"]
+                        if touched is not None:
+                            touched.add(uid)
                         u = units.get(uid)
                         h = handlers.get(t)
                         if h is not None:
@@ -170,8 +204,11 @@ class WorkloadLog:
 
     def give_up(self, through: int) -> None:
         """Seqs up to `through` that have not arrived are lost: count them and apply what waits."""
+        self._mark()
         while self.next <= through:
             if self.next in self.pending:
+                if self.pending_moved is not None:
+                    self.pending_moved.add(self.next)
                 self._apply(self.next, self.pending.pop(self.next))
                 self.next += 1
                 continue
@@ -191,7 +228,11 @@ class WorkloadLog:
         stale = [uid for uid, u in self.units.items() if parse_rfc3339_ns(u.last) < limit]
         for uid in stale:
             del self.units[uid]
-        self.expired += len(stale)
+        if stale:
+            self.expired += len(stale)
+            self._mark()
+            if self.touched is not None:
+                self.touched.update(stale)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything `restore` needs to go on as if never stopped, as JSON-serialisable data.
@@ -201,16 +242,49 @@ class WorkloadLog:
         behind a gap are kept as received; an invalid one is stored as None.
         """
         return {
-            "v": SNAPSHOT_VERSION,
-            "next": self.next,
+            **self.head(),
             "pending": [[seq, None if ev is _INVALID else ev] for seq, ev in
                         sorted(self.pending.items())],
             "units": {uid: u.snapshot() for uid, u in self.units.items()},
+        }
+
+    def head(self) -> dict[str, Any]:
+        """The snapshot without its units and pending events: what an incremental checkpoint
+        writes for a log that moved (the rest goes row by row, `take_units`, `take_pending`)."""
+        return {
+            "v": SNAPSHOT_VERSION,
+            "next": self.next,
             "last_at": self.last_at,
             "expired": self.expired,
             "sources": {src: r.snapshot() for src, r in sorted(self.sources.items())},
             **({} if self.desired is None else {"desired": self.desired}),
         }
+
+    def take_units(self) -> list[tuple[str, list[Any] | None]]:
+        """Each unit changed since the last call, as (id, its snapshot, or None when it is
+        gone); from then on none counts as changed (`track`)."""
+        touched, units = self.touched, self.units
+        if not touched:
+            return []
+        out = []
+        for uid in touched:
+            u = units.get(uid)
+            out.append((uid, None if u is None else u.snapshot()))
+        touched.clear()
+        return out
+
+    def take_pending(self) -> list[tuple[int, bool, Any]]:
+        """Each seq that entered or left `pending` since the last call, as (seq, whether it
+        waits now, its event: None for an invalid one)."""
+        moved, pending = self.pending_moved, self.pending
+        if not moved:
+            return []
+        out = []
+        for seq in sorted(moved):
+            ev = pending.get(seq, _GONE)
+            out.append((seq, ev is not _GONE, None if ev is _INVALID or ev is _GONE else ev))
+        moved.clear()
+        return out
 
     def restore(self, state: dict[str, Any]) -> None:
         """Replace this log's state with a `snapshot`; no observer call is made."""
@@ -229,18 +303,25 @@ class WorkloadLog:
     def restore_desired(self, units: int) -> None:
         """A checkpoint of version 1 kept the desired units beside the log, not in it."""
         self.desired = units
+        self._mark()
         self.obs.desired(units)
 
     def skip_to(self, cursor: int) -> None:
         """Start a fresh log after `cursor` (--start-from head): what waits at or before it is
         dropped, like everything else before it."""
         self.next = cursor + 1
+        if self.pending_moved is not None:
+            self.pending_moved.update(s for s in self.pending if s <= cursor)
         self.pending = {s: ev for s, ev in self.pending.items() if s > cursor}
+        self._mark()
 
     def _drain_pending(self) -> None:
         p = self.pending
+        moved = self.pending_moved
         while self.next in p:
             seq = self.next
+            if moved is not None:
+                moved.add(seq)
             self._apply(seq, p.pop(seq))
             self.next = seq + 1
 
@@ -257,6 +338,8 @@ class WorkloadLog:
             unit = ev["unit"]
             if type(unit) is dict:
                 uid = unit["id"]
+                if self.touched is not None:
+                    self.touched.add(uid)
                 units = self.units
                 u = units.get(uid)
                 h = HANDLERS.get(t)

@@ -12,17 +12,27 @@ counters restored are those of that cursor.
 No scraper may have seen more than the checkpoint holds, or the restored counters would go
 backwards (a reset to Prometheus). So the checkpoint is saved synchronously just before each
 scrape is rendered (`render_checkpointed`, no await in between), and besides every
-`--checkpoint-interval` seconds and at shutdown, each time with the whole state of that moment.
-A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
+`--checkpoint-interval` seconds and at shutdown. A checkpoint newer than the last scrape is
+harmless: its counts are exposed next time.
 
-The whole state is one file, replaced atomically (temp file, fsync, rename, fsync of the
-directory). The model's state (pending events, units in flight, event clock) is part of it, so
-an interval that spans a restart (created before, ready after) is still measured.
+Each save writes only what changed since the last one, as one SQLite transaction (wiring/store.py):
+the model and the series record what they change as they go (O(1) per change: a set of unit
+ids per WorkloadLog, a list of changed series per family, the workloads that moved), and a save
+turns those into rows, so its work grows with the events since the last save, not with the
+fleet. The first save of a process that loaded no checkpoint (a fresh disk, --start-from head or
+earliest) replaces the whole store once. The model's state (pending events, units in flight,
+event clock) is part of it, so an interval that spans a restart (created before, ready after) is
+still measured.
+
+A checkpoint of version 1 or 2 (checkpoint.json, the whole state in one file) is loaded once and
+converted: the store is written whole, then the file is renamed checkpoint.json.converted (kept
+for an operator to delete; nothing reads it again). From then on the store is authoritative.
 
 A lock (flock) on the state directory keeps a second exporter from sharing it.
 
-With traces on, the trace sink's state (open spans, spans not yet exported) is stored under its
-own key, and spans are exported only once a checkpoint covers them (sinks/traces/outbox.py).
+With traces on, the trace sink's state (open spans per unit, spans not yet exported) is stored
+incrementally too, and spans are exported only once a checkpoint covers them
+(sinks/traces/outbox.py).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,16 +50,20 @@ import orjson
 
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.exposition import Format, render
-from exporter.sinks.metrics.family import Registry
-from exporter.sinks.metrics.state import metric_state, restore_metrics
+from exporter.sinks.metrics.family import AnyFamily, Registry
+from exporter.sinks.metrics.series import HistogramSeries, Series
+from exporter.sinks.metrics.state import metric_state, restore_metrics, take_changes, track
+from exporter.sinks.traces.builder import unit_state
+from exporter.sinks.traces.outbox import encode as encode_span
 from exporter.wiring.events import Pipeline
+from exporter.wiring.store import DB, VERSION, Changes, Store
 
 log = logging.getLogger(__name__)
 
-FILE = "checkpoint.json"
+FILE = "checkpoint.json"  # versions 1 and 2: converted into the store once
+CONVERTED = FILE + ".converted"
 LOCK = "lock"
-VERSION = 2
-VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
+JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
 
 
 class CheckpointError(Exception):
@@ -66,14 +81,21 @@ class Checkpointer:
     ) -> None:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE
+        self.store = Store(self.dir / DB)
         self.pipeline = pipeline
         self.metrics = metrics if metrics is not None else CheckpointMetrics(pipeline.registry)
         self.clock = clock
-        self._last: bytes | None = None
         # Workloads held out of the exposition (Registry.hold) when the loaded checkpoint was
         # saved: their counters were never exposed, so they are held again until caught up.
         self.held_at_save: frozenset[str] = frozenset()
+        self._held: frozenset[str] = frozenset()  # as last stored
         self._lock_fd: int | None = None
+        # Set by the first save or load: the families whose changes are tracked, and whether
+        # the store holds everything but those changes (else the next save replaces it).
+        self._families: list[AnyFamily] | None = None
+        self._synced = False
+        self._traces_meta: bytes | None = None
+        self.last_rows = 0  # rows written or removed by the last save
         if pipeline.traces is not None:
             try:
                 self._lock()  # the trace sink keeps a file beside the checkpoint
@@ -84,6 +106,7 @@ class Checkpointer:
     # -- state --------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
+        """The whole state in memory, in the store's `read` form (tests compare the two)."""
         held = self.pipeline.registry.held.names  # as of the last scrape
         workloads = {}
         for w, wl in self.pipeline.logs.items():
@@ -100,35 +123,114 @@ class Checkpointer:
             out["traces"] = self.pipeline.traces.state()
         return out
 
+    def _track(self, stored: set[Series | HistogramSeries] | None) -> None:
+        """Record changes from now on; `stored`: the series the store holds (None: a save
+        must write everything, so every log, trace and series counts as changed)."""
+        p = self.pipeline
+        moved = p.track()
+        self._families = track(p.registry, stored)
+        if stored is None:
+            for name, wl in p.logs.items():
+                wl.track(name, moved)
+            if p.traces is not None:
+                p.traces.track(moved)
+            self._traces_meta = None
+        else:
+            moved.clear()
+            for wl in p.logs.values():
+                wl.taken()
+            if p.traces is not None:
+                for b in p.traces.builders.values():
+                    b.taken()
+        self._synced = stored is not None
+
+    def changes(self) -> Changes:
+        """The rows of everything changed since the last save; from then on it counts as
+        saved (the caller writes them, or fails the scrape)."""
+        p = self.pipeline
+        full = not self._synced
+        if full:
+            self._track(None)
+        assert self._families is not None and p.moved is not None
+        ch = Changes(full=full)
+        held = p.registry.held.names
+        moved = p.moved
+        if held != self._held:
+            moved |= held ^ self._held
+            self._held = held
+        traces = p.traces
+        dumps = orjson.dumps
+        for w in moved:
+            row: dict[str, Any] = {}
+            wl = p.logs.get(w)
+            if wl is not None:
+                row = wl.head()
+                if w in held:
+                    row["held"] = True
+                labels = getattr(wl.obs, "label_state", None)
+                if labels is not None:
+                    row["labels"] = labels()
+                for uid, u in wl.take_units():
+                    if u is None:
+                        ch.units_gone.append((w, uid))
+                    else:
+                        ch.units.append((w, uid, *u))
+                for seq, waits, ev in wl.take_pending():
+                    if waits:
+                        ch.pending.append((w, seq, None if ev is None else dumps(ev)))
+                    else:
+                        ch.pending_gone.append((w, seq))
+            b = traces.builders.get(w) if traces is not None else None
+            if b is not None:
+                row["trace_expired"] = b.expired
+                if b.touched:
+                    for uid in b.touched:
+                        t = b.units.get(uid)
+                        if t is None:
+                            ch.traces_gone.append((w, uid))
+                        else:
+                            ch.traces.append((w, uid, dumps(unit_state(t))))
+                    b.touched.clear()
+            ch.workloads.append((w, dumps(row)))
+        moved.clear()
+        ch.series, ch.series_gone = take_changes(self._families)
+        if traces is not None:
+            box = traces.outbox
+            meta = dumps({"next": None if box is None else box.next_serial,
+                          "stats": traces.freeze()})
+            if box is not None:
+                held_spans, ch.spans_through = box.to_store()
+                ch.spans = [(serial, dumps(encode_span(r))) for serial, r in held_spans]
+                if full:  # and those released but not handled yet
+                    ch.spans = [(serial, dumps(a)) for serial, a in box.state()["spans"]]
+            if meta != self._traces_meta:
+                ch.meta.append(("traces", meta))
+                self._traces_meta = meta
+        return ch
+
     def save(self) -> bool:
-        """Write the checkpoint if the state changed; True when written. Synchronous on purpose
-        (see the module docstring). Raises CheckpointError when it cannot be written."""
+        """Write what changed since the last save; True when something was written.
+        Synchronous on purpose (see the module docstring). Raises CheckpointError when it
+        cannot be written (the next save then replaces the whole store)."""
         start = time.perf_counter()
         try:
             self._lock()
-            data = orjson.dumps(self.state())
-            if data == self._last:
+            ch = self.changes()
+            if not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through:
+                self.last_rows = 0
                 self.metrics.saved("unchanged")
                 self._saved()
                 return False
-            tmp = self.dir / (FILE + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            _fsync_dir(self.dir)
-        except (OSError, TypeError, ValueError) as e:
+            self.store.write(ch)
+        except (OSError, sqlite3.Error, TypeError, ValueError) as e:
+            self._synced = False  # what was taken is not stored: write everything next time
             self.metrics.saved("error")
             log.error("checkpoint not written", extra={
                 "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
             raise CheckpointError(f"cannot write checkpoint in {self.dir}: {e}") from e
-        self._last = data
-        self.metrics.saved("written", self.clock(), time.perf_counter() - start, len(data))
+        self._synced = True
+        self.last_rows = ch.rows()
+        self.metrics.saved("written", self.clock(), time.perf_counter() - start, ch.size())
         self._saved()
         return True
 
@@ -141,33 +243,17 @@ class Checkpointer:
         webhook receiver start); returns how many. No checkpoint: 0. A checkpoint that cannot be
         read raises CheckpointError: starting over silently would count everything again."""
         self._lock()
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        state, source = self._read()
+        if state is None:
             log.info("no checkpoint: starting at the beginning of each log",
                      extra={"state_dir": str(self.dir)})
             return 0
-        except OSError as e:
-            raise CheckpointError(f"cannot read {self.path}: {e}") from e
+        restored: set[Series | HistogramSeries] = set()
         try:
-            state = orjson.loads(raw)
-            if state.get("v") not in VERSIONS:
-                raise ValueError(f"unsupported checkpoint version {state.get('v')!r}")
-            registry = self.pipeline.registry
-            for w, entry in state["workloads"].items():
-                wl = self.pipeline.workload(w)
-                wl.restore(entry["log"])
-                restore_labels = getattr(wl.obs, "restore_label_state", None)
-                if restore_labels is not None and "labels" in entry:
-                    restore_labels(entry["labels"])
-                if "desired" in entry:  # version 1
-                    wl.restore_desired(entry["desired"])
-            skipped = restore_metrics(registry, state.get("metrics", {}))
-            if self.pipeline.traces is not None and state.get("traces") is not None:
-                self.pipeline.traces.restore(state["traces"])
-        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+            skipped = self._restore(state, restored)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(
-                f"checkpoint {self.path} is unreadable ({e}); move it away and choose "
+                f"checkpoint {source} is unreadable ({e}); move it away and choose "
                 "--start-from head or earliest") from e
         if state["v"] == 1:
             log.warning("checkpoint of version 1: counters restart at zero once",
@@ -176,14 +262,76 @@ class Checkpointer:
             log.warning("metrics whose labels or buckets changed since the checkpoint restart "
                         "at zero once", extra={"state_dir": str(self.dir),
                                                "metrics": ",".join(skipped)})
-        self.held_at_save = frozenset(
+        self.held_at_save = self._held = frozenset(
             w for w, e in state["workloads"].items() if e.get("held"))
-        self._last = raw
+        if state["v"] == VERSION:
+            self._track(restored)
+        else:  # converted: the store is written whole, then the old file is put aside
+            self._track(None)
+            self.save()
+            self._put_aside(converted=True)
         n = len(state["workloads"])
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
         return n
 
+    def _read(self) -> tuple[dict[str, Any] | None, Path]:
+        state = None
+        if self.store.exists():
+            try:
+                state = self.store.read()
+            except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
+                raise CheckpointError(
+                    f"checkpoint {self.store.path} is unreadable ({e}); move it away and "
+                    "choose --start-from head or earliest") from e
+        if state is not None:
+            if self.path.exists():  # converted before a kill that came before the rename
+                self._put_aside(converted=False)
+            return state, self.store.path
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None, self.path
+        except OSError as e:
+            raise CheckpointError(f"cannot read {self.path}: {e}") from e
+        try:
+            state = orjson.loads(raw)
+            if type(state) is not dict or state.get("v") not in JSON_VERSIONS:
+                got = state.get("v") if type(state) is dict else None
+                raise ValueError(f"unsupported checkpoint version {got!r}")
+        except ValueError as e:  # orjson.JSONDecodeError is one
+            raise CheckpointError(
+                f"checkpoint {self.path} is unreadable ({e}); move it away and choose "
+                "--start-from head or earliest") from e
+        return state, self.path
+
+    def _restore(self, state: dict[str, Any], restored: set[Series | HistogramSeries],
+                 ) -> list[str]:
+        for w, entry in state["workloads"].items():
+            wl = self.pipeline.workload(w)
+            wl.restore(entry["log"])
+            restore_labels = getattr(wl.obs, "restore_label_state", None)
+            if restore_labels is not None and "labels" in entry:
+                restore_labels(entry["labels"])
+            if "desired" in entry:  # version 1
+                wl.restore_desired(entry["desired"])
+        skipped = restore_metrics(self.pipeline.registry, state.get("metrics", {}), restored)
+        if self.pipeline.traces is not None and state.get("traces") is not None:
+            self.pipeline.traces.restore(state["traces"])
+        return skipped
+
+    def _put_aside(self, converted: bool) -> None:
+        try:
+            os.replace(self.path, self.dir / CONVERTED)
+            _fsync_dir(self.dir)
+        except OSError as e:
+            raise CheckpointError(f"cannot rename {self.path}: {e}") from e
+        log.warning("checkpoint.json converted into the store; the old file is kept as "
+                    f"{CONVERTED}, read by nothing, and may be deleted"
+                    if converted else f"checkpoint.json was converted before: moved to "
+                    f"{CONVERTED}", extra={"state_dir": str(self.dir)})
+
     def close(self) -> None:
+        self.store.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

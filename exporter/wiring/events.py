@@ -33,6 +33,8 @@ class Pipeline:
         self.max_pending = max_pending
         self.observer_factory = observer_factory
         self.logs: dict[str, WorkloadLog] = {}
+        # With a checkpoint (`track`): the workloads whose state changed since it last saved.
+        self.moved: set[str] | None = None
         # Optional: every WorkloadLog's tap feeds its workload's TraceBuilder. Without it the tap
         # stays None, and the model's hot path pays one `is None` per event.
         self.traces = traces
@@ -57,8 +59,21 @@ class Pipeline:
                 bind(lambda: log.last_at)
             if self.traces is not None:
                 log.tap = self.traces.builder(name)
+            if self.moved is not None:
+                log.track(name, self.moved)
             self._pull(name, log)
         return log
+
+    def track(self) -> set[str]:
+        """Record from now on what changes, for incremental checkpoints (everything held now
+        counts as changed); returns the set of workloads whose state moved."""
+        if self.moved is None:
+            self.moved = set()
+            for name, log in self.logs.items():
+                log.track(name, self.moved)
+            if self.traces is not None:
+                self.traces.track(self.moved)
+        return self.moved
 
     def _pull(self, name: str, log: WorkloadLog) -> None:
         """Model state that changes on nearly every event is read at scrape time instead."""

@@ -55,8 +55,8 @@ class Family(Generic[S]):
 
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
-        "_pb_late", "_pb_lines", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "dirty",
-        "held", "live", "metric", "native", "series", "wl_index",
+        "_pb_late", "_pb_lines", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "changed",
+        "dirty", "held", "live", "metric", "native", "series", "wl_index",
     )
 
     def __init__(self, metric: Metric, held: Held | None = None,
@@ -71,6 +71,9 @@ class Family(Generic[S]):
         self.series: dict[tuple[str, ...], S] = {}
         self.dirty: list[Series | HistogramSeries] = []
         self.live: list[CallbackSeries] = []
+        # Series changed or removed since the checkpoint last stored them (None: this family
+        # is not checkpointed); the state layer fills it on (sinks.metrics.state.track).
+        self.changed: list[Series | HistogramSeries] | None = None
         self.bounds_ns = tuple(round(b * 1e9) for b in metric.buckets)
         self._body: bytes | None = b""
         self._om_body: bytes | None = b""
@@ -116,6 +119,8 @@ class Family(Generic[S]):
     def remove(self, *values: str) -> None:
         s = self.series.pop(values, None)
         if s is not None:
+            if self.changed is not None:  # its row goes at the next checkpoint
+                self.changed.append(s)
             self._body = self._pb_body = None
             if self._pb_parts is not None:
                 self._pb_parts.pop(s, None)

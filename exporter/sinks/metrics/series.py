@@ -32,6 +32,8 @@ class Owner(Protocol):
     def bounds_ns(self) -> tuple[int, ...]: ...
     @property
     def native(self) -> NativeConfig | None: ...
+    @property
+    def changed(self) -> list[Series | HistogramSeries] | None: ...
 
 
 def format_value(v: float) -> str:
@@ -60,10 +62,19 @@ def label_block(names: tuple[str, ...], values: tuple[str, ...], extra: str = ""
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
+def _unsaved(s: Series | HistogramSeries) -> None:
+    """The checkpoint's hook: `s` changed since the state layer last stored it (`kept`), so it
+    joins its family's `changed` list (None: the family is not checkpointed)."""
+    s.kept = False
+    changed = s.family.changed
+    if changed is not None:
+        changed.append(s)
+
+
 class Series:
     """A counter, gauge or info sample; what may change it is its kind's class."""
 
-    __slots__ = ("family", "line", "om_line", "prefix", "value", "values")
+    __slots__ = ("family", "kept", "line", "om_line", "prefix", "value", "values")
 
     def __init__(self, family: Owner, values: tuple[str, ...]) -> None:
         self.family = family
@@ -73,16 +84,22 @@ class Series:
         self.om_line: bytes | None = None  # only histograms with exemplars differ in OpenMetrics
         self.values = values  # its label values (the protobuf exposition encodes them)
         family.dirty.append(self)
+        self.kept = False  # True: the checkpoint holds this value (sinks.metrics.state)
+        _unsaved(self)
 
     def inc(self, n: float = 1) -> None:
         self.value += n
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)
+        if self.kept:
+            _unsaved(self)
 
     def _set(self, v: float) -> None:
         if v != self.value or type(v) is not type(self.value):
             self.value = v
+            if self.kept:
+                _unsaved(self)
             if self.line is not None:
                 self.line = None
                 self.family.dirty.append(self)
@@ -161,8 +178,8 @@ class HistogramSeries:
     """
 
     __slots__ = (
-        "bounds_ns", "count", "counts", "ex", "family", "line", "native", "om_line", "prefixes",
-        "sum_ns", "values",
+        "bounds_ns", "count", "counts", "ex", "family", "kept", "line", "native", "om_line",
+        "prefixes", "sum_ns", "values",
     )
 
     def __init__(self, family: Owner, values: tuple[str, ...]) -> None:
@@ -187,6 +204,8 @@ class HistogramSeries:
         self.native = NativeBuckets(family.native) if family.native is not None else None
         self.values = values
         family.dirty.append(self)
+        self.kept = False  # as Series.kept
+        _unsaved(self)
 
     def observe_exemplar(self, ns: int, workload: str, unit_id: str, at: str) -> None:
         """`observe_ns`, keeping the unit as the bucket's exemplar (`at`: its occurred_at)."""
@@ -207,6 +226,8 @@ class HistogramSeries:
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)
+        if self.kept:
+            _unsaved(self)
         return i
 
     def observe(self, seconds: float) -> None:
@@ -219,6 +240,8 @@ class HistogramSeries:
         self.counts = [int(c) for c in counts]
         self.sum_ns = int(sum_ns)
         self.count = int(count)
+        if self.kept:
+            _unsaved(self)
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)
@@ -233,6 +256,8 @@ class HistogramSeries:
         if self.native is None:
             return
         self.native.restore(state)
+        if self.kept:
+            _unsaved(self)
         if self.line is not None:
             self.line = None
             self.family.dirty.append(self)

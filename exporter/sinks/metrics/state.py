@@ -6,19 +6,28 @@ what came between. Restoring every counter and histogram (counts, buckets, exact
 checkpoint makes the new process's values continue the old ones, so any scraper reads the same
 totals and never sees a reset. The checkpoint's own save counters are left out: saving changes
 them, and they describe this process's writes.
+
+A checkpoint stores only the series that changed since the last one: `track` starts each kept
+family's `changed` list (series.py appends a series to it at its first change after a save,
+O(1)), and `take_changes` turns it into rows to write and rows to delete.
 """
 
 from __future__ import annotations
 
 from typing import Any, TypeGuard
 
+import orjson
+
 from exporter.catalog import Kind
 from exporter.sinks.metrics.family import AnyFamily, Family, Registry
-from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries
+from exporter.sinks.metrics.series import CallbackSeries, HistogramSeries, Series
 
 # Gauges whose value comes from the event log (a units.scaled event), not from this process.
 EVENT_GAUGES = frozenset({"zaroz_workload_desired_units"})
 NOT_RESTORED = frozenset({"zaroz_checkpoint_saves_total"})
+
+# One stored series: (family, label values as a JSON list, value or None, histogram or None).
+Row = tuple[str, bytes, float | None, bytes | None]
 
 
 def _kept(fam: object) -> TypeGuard[AnyFamily]:
@@ -28,6 +37,12 @@ def _kept(fam: object) -> TypeGuard[AnyFamily]:
     return kind is Kind.COUNTER or kind is Kind.HISTOGRAM or fam.metric.name in EVENT_GAUGES
 
 
+def _value(s: Series | HistogramSeries) -> list[Any]:
+    if isinstance(s, HistogramSeries):
+        return [list(s.counts), s.sum_ns, s.count, s.native_state()]
+    return [s.value]
+
+
 def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
     """Per family, one row per label set: [*label values, value] for counters and gauges,
     [*label values, [bucket counts], sum_ns, count, native state or None] for histograms."""
@@ -35,16 +50,68 @@ def metric_state(registry: Registry) -> dict[str, list[list[Any]]]:
     for name, fam in registry.families.items():
         if not _kept(fam):
             continue
-        rows: list[list[Any]] = []
-        for values, s in fam.series.items():
-            if isinstance(s, CallbackSeries):
-                continue  # read from the model at scrape time: restored with the model
-            if isinstance(s, HistogramSeries):
-                rows.append([*values, list(s.counts), s.sum_ns, s.count, s.native_state()])
-            else:
-                rows.append([*values, s.value])
+        rows = [[*values, *_value(s)] for values, s in fam.series.items()
+                if not isinstance(s, CallbackSeries)]  # callbacks: restored with the model
         if rows:
             out[name] = rows
+    return out
+
+
+def track(registry: Registry, stored: set[Series | HistogramSeries] | None = None,
+          ) -> list[AnyFamily]:
+    """Record from now on which kept series change; returns the families tracked. `stored`:
+    the series the store already holds as they are (after a load); None: none of them."""
+    tracked = []
+    for fam in registry.families.values():
+        if not _kept(fam):
+            continue
+        changed: list[Series | HistogramSeries] = []
+        for s in fam.series.values():
+            if isinstance(s, CallbackSeries):
+                continue
+            s.kept = stored is not None and s in stored
+            if not s.kept:
+                changed.append(s)
+        fam.changed = changed
+        tracked.append(fam)
+    return tracked
+
+
+def row(name: str, s: Series | HistogramSeries) -> Row:
+    key = orjson.dumps(list(s.values))
+    if isinstance(s, HistogramSeries):
+        return name, key, None, orjson.dumps([s.counts, s.sum_ns, s.count, s.native_state()])
+    return name, key, s.value, None
+
+
+def take_changes(families: list[AnyFamily]) -> tuple[list[Row], list[tuple[str, bytes]]]:
+    """The rows of the series changed since the last call, and the keys of those removed;
+    from then on they count as stored. O(changes) (and the few families)."""
+    rows: list[Row] = []
+    gone: list[tuple[str, bytes]] = []
+    for fam in families:
+        changed = fam.changed
+        if not changed:
+            continue
+        name, series = fam.metric.name, fam.series
+        for values in dict.fromkeys(s.values for s in changed):
+            s = series.get(values)
+            if s is None or isinstance(s, CallbackSeries):
+                gone.append((name, orjson.dumps(list(values))))
+            else:
+                s.kept = True
+                rows.append(row(name, s))
+        changed.clear()
+    return rows, gone
+
+
+def state_of_rows(rows: list[tuple[str, bytes, Any, bytes | None]]) -> dict[str, list[list[Any]]]:
+    """Stored rows back into `metric_state`'s form."""
+    out: dict[str, list[list[Any]]] = {}
+    loads = orjson.loads
+    for name, key, value, hist in rows:
+        out.setdefault(name, []).append(
+            [*loads(key), value] if hist is None else [*loads(key), *loads(hist)])
     return out
 
 
@@ -58,11 +125,12 @@ def _fits(fam: AnyFamily, rows: list[list[Any]]) -> bool:
     return all(len(r) == n + 1 and isinstance(r[n], int | float) for r in rows)
 
 
-def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> list[str]:
-    """The inverse of `metric_state`; returns the families skipped. A family no longer in the
-    catalog, or whose labels or buckets changed since the checkpoint (an upgrade), starts at
-    zero once instead: that costs one counter reset, where refusing the checkpoint would lose
-    every cursor and the model's state."""
+def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]],
+                    restored: set[Series | HistogramSeries] | None = None) -> list[str]:
+    """The inverse of `metric_state`; returns the families skipped, and adds the series it
+    set to `restored`. A family no longer in the catalog, or whose labels or buckets changed
+    since the checkpoint (an upgrade), starts at zero once instead: that costs one counter
+    reset, where refusing the checkpoint would lose every cursor and the model's state."""
     skipped = []
     for name, rows in state.items():
         fam = registry.families.get(name)
@@ -72,10 +140,10 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> li
             skipped.append(name)
             continue
         n = len(fam.metric.labels)
-        for row in rows:
-            s = fam.labels(*(str(v) for v in row[:n]))
+        for r in rows:
+            s = fam.labels(*(str(v) for v in r[:n]))
             if isinstance(s, HistogramSeries):
-                counts, sum_ns, count, *native = row[n:]
+                counts, sum_ns, count, *native = r[n:]
                 s.restore(counts, sum_ns, count)
                 if native and native[0] is not None:
                     # Native buckets go on as well; when they were off at the checkpoint and
@@ -86,6 +154,11 @@ def restore_metrics(registry: Registry, state: dict[str, list[list[Any]]]) -> li
                     except (ValueError, KeyError, TypeError):
                         if name not in skipped:
                             skipped.append(name)
-            elif not isinstance(s, CallbackSeries):
-                s.restore(row[n])
+                        continue  # stored native state differs from this one: write it again
+            elif isinstance(s, CallbackSeries):
+                continue
+            else:
+                s.restore(r[n])
+            if restored is not None:
+                restored.add(s)
     return skipped

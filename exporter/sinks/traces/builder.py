@@ -109,7 +109,8 @@ def _at(e: tuple[str, int, Attrs]) -> int:
 STATE_VERSION = 1
 
 
-def _unit_state(u: _UnitTrace) -> list[Any]:
+def unit_state(u: _UnitTrace) -> list[Any]:
+    """One unit's open trace as plain JSON-able data (the checkpoint stores one row of it)."""
     open_ = {}
     for slot in _CHILDREN:
         s = getattr(u, slot)
@@ -154,6 +155,10 @@ class TraceBuilder:
         self.idle_ns = idle_ns
         self.units: dict[str, _UnitTrace] = {}
         self.expired = 0
+        # Units whose trace state changed since the checkpoint last took it (`track`; None:
+        # no checkpoint), and the pipeline-wide set this workload's name joins when it does.
+        self.touched: set[str] | None = None
+        self._moved: set[str] | None = None
         # The current event's occurred_at, parsed at most once (a span often ends and another
         # starts at the same event).
         self._at: str | None = None
@@ -194,6 +199,8 @@ class TraceBuilder:
                 unit_id, trace_id_of(w, unit_id), span_id_of(w, unit_id, "unit"), at
             )
         u.last = at
+        if self.touched is not None:
+            self._touch(unit_id)
         if key is not None:
             u.key = key
         if self.context is not None:
@@ -224,12 +231,32 @@ class TraceBuilder:
         if u is None:
             return False
         self._event(u, name, at_ns, attrs)
+        if self.touched is not None:
+            self._touch(unit_id)
         return True
 
     def cluster_attrs(self, unit_id: str, attrs: Attrs) -> None:
         u = self.units.get(unit_id)
         if u is not None:
             u.cluster = attrs
+            if self.touched is not None:
+                self._touch(unit_id)
+
+    def track(self, moved: set[str]) -> None:
+        """Record changes from now on (see `touched`); every open trace counts as changed."""
+        self._moved = moved
+        self.touched = set(self.units)
+        moved.add(self.workload)
+
+    def taken(self) -> None:
+        """The state layer holds this builder's state as it is now."""
+        if self.touched is not None:
+            self.touched.clear()
+
+    def _touch(self, unit_id: str) -> None:
+        assert self.touched is not None and self._moved is not None
+        self.touched.add(unit_id)
+        self._moved.add(self.workload)
 
     def expire(self, now_ns: int) -> None:
         """End the traces of units idle for `idle_ns` (as the model forgets them)."""
@@ -238,13 +265,15 @@ class TraceBuilder:
         for uid in stale:
             u = self.units.pop(uid)
             self._close(u, u.last, {"zaroz.unit.expired": True})
+            if self.touched is not None:
+                self._touch(uid)
         self.expired += len(stale)
 
     def state(self) -> dict[str, Any]:
         """Every unit's open spans, root start and root events, as plain JSON-able data (ids
         as hex: JSON numbers stop at 2**53 in many readers)."""
         return {"v": STATE_VERSION, "expired": self.expired,
-                "units": {uid: _unit_state(u) for uid, u in self.units.items()}}
+                "units": {uid: unit_state(u) for uid, u in self.units.items()}}
 
     def restore(self, data: dict[str, Any]) -> None:
         """Replace the state with a `state()`; no span is emitted."""
@@ -256,8 +285,10 @@ class TraceBuilder:
 
     def close_all(self, at: str | None = None) -> None:
         """End every open span (end of a replay): at `at`, or each unit's last event."""
-        for u in self.units.values():
+        for uid, u in self.units.items():
             self._close(u, at or u.last, {"zaroz.span.incomplete": True})
+            if self.touched is not None:
+                self._touch(uid)
         self.units.clear()
 
     # -- span helpers ----------------------------------------------------------------------------

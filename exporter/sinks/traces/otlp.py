@@ -323,6 +323,7 @@ class TraceSink:
         self._closed = False
         self._base = dict.fromkeys(COUNTERS, 0)  # restored from the checkpoint
         self._frozen: dict[str, int] | None = None  # the stats of the last state()
+        self._moved: set[str] | None = None  # see track
         resource = resource or default_resource()
         self.encoded = False
         if not sdk and encoded_capable(exporter):
@@ -376,7 +377,15 @@ class TraceSink:
         b = self.builders.get(workload)
         if b is None:
             b = self.builders[workload] = TraceBuilder(workload, self.emit, idle_ns=self.idle_ns)
+            if self._moved is not None:
+                b.track(self._moved)
         return b
+
+    def track(self, moved: set[str]) -> None:
+        """Every builder records its changes from now on (incremental checkpoints)."""
+        self._moved = moved
+        for b in self.builders.values():
+            b.track(moved)
 
     def units_tracked(self) -> int:
         return sum(len(b.units) for b in self.builders.values())
@@ -396,11 +405,16 @@ class TraceSink:
         counters. The counters exposed from now on are these (until the next state()), so no
         scraper sees more than a checkpoint holds and the successor continues them (the export
         thread moves the live ones between a save and a render)."""
-        st = self.stats
-        self._frozen = {k: getattr(st, k) for k in COUNTERS}
+        stats = self.freeze()
         return {"builders": {w: b.state() for w, b in self.builders.items()},
                 "outbox": self.outbox.state() if self.outbox is not None else None,
-                "stats": {k: self._base[k] + v for k, v in self._frozen.items()}}
+                "stats": stats}
+
+    def freeze(self) -> dict[str, int]:
+        """The counters as exposed until the next call (see `state`), for a checkpoint."""
+        st = self.stats
+        self._frozen = {k: getattr(st, k) for k in COUNTERS}
+        return {k: self._base[k] + v for k, v in self._frozen.items()}
 
     def saved(self) -> None:
         """The checkpoint with `state()` is on disk."""

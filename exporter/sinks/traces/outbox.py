@@ -8,7 +8,8 @@ losing them in the export queue at a kill would lose them. Hence, with a checkpo
 1. a finished span is *held* (numbered by a serial that the checkpoint carries on);
 2. the checkpoint stores the held spans together with every released span not yet *handled*
    (accepted by the receiver, or given up after the exporter's retries), and after the save
-   the held spans are *released* to the exporter;
+   the held spans are *released* to the exporter; incrementally: each save adds the spans held
+   since the last one and drops those at or below the mark (`to_store`);
 3. the export thread writes the highest handled serial to a small file (`traces-acked`) after
    every batch; the batch processor exports in order, so every serial below it is handled too;
 4. a restart re-sends the checkpoint's spans above that mark, then rebuilds the rest from the
@@ -101,6 +102,12 @@ class Outbox:
         self._prune()
         return {"next": self.next_serial,
                 "spans": [[serial, encode(r)] for serial, r in (*self.released, *self.held)]}
+
+    def to_store(self) -> tuple[list[tuple[int, SpanRecord]], int]:
+        """For an incremental checkpoint: the held spans (not stored yet), and the mark below
+        which stored spans are handled and may go. The store then holds exactly `state()`'s
+        spans: each span from its hold until the first save after it was handled."""
+        return self.held, self.mark.value
 
     def saved(self) -> None:
         """The checkpoint holding the held spans is on disk: release them."""
