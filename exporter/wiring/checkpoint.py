@@ -38,6 +38,7 @@ incrementally too, and spans are exported only once a checkpoint covers them
 from __future__ import annotations
 
 import fcntl
+import gc
 import logging
 import os
 import sqlite3
@@ -243,6 +244,15 @@ class Checkpointer:
         webhook receiver start); returns how many. No checkpoint: 0. A checkpoint that cannot be
         read raises CheckpointError: starting over silently would count everything again."""
         self._lock()
+        collecting = gc.isenabled()
+        gc.disable()  # a restore makes objects by the million, none of them garbage
+        try:
+            return self._load()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _load(self) -> int:
         state, source = self._read()
         if state is None:
             log.info("no checkpoint: starting at the beginning of each log",
@@ -268,6 +278,8 @@ class Checkpointer:
             self._track(restored)
         else:  # converted: the store is written whole, then the old file is put aside
             self._track(None)
+            # Nothing is exposed yet: what was held at that save is held as of now.
+            self.pipeline.registry.hold(self.held_at_save)
             self.save()
             self._put_aside(converted=True)
         n = len(state["workloads"])
