@@ -415,12 +415,14 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_checkpoint_last_save_duration_seconds", Kind.GAUGE,
-        "Time the last checkpoint write took (serialise, write, fsync, rename).",
+        "Time the last checkpoint write took (collect what changed, write it, commit with fsync).",
         (), unit="seconds", group="webhook",
     ),
     Metric(
         "zaroz_checkpoint_bytes", Kind.GAUGE,
-        "Size of the last checkpoint written.",
+        "Bytes of the rows the last checkpoint wrote: only what changed since the one before (the "
+        "first after a start without a checkpoint writes everything). The disk writes more, in "
+        "whole database pages.",
         (), group="webhook",
     ),
     # Traces (OTLP), exporter-wide; absent samples when traces are off.

@@ -180,6 +180,7 @@ async def _harness(route_url: str, state_dir: str, workloads: list[str]) -> None
 
     pipeline = Pipeline()
     checkpointer = Checkpointer(state_dir, pipeline)
+    _kill_between_writes(checkpointer, Path(state_dir))
     session = aiohttp.ClientSession()
     client = RouteClient(session, route_url)
     start_cursor = prepare_start("checkpoint", checkpointer, client)
@@ -201,6 +202,27 @@ async def _harness(route_url: str, state_dir: str, workloads: list[str]) -> None
     await supervisor.start()
     print(url, flush=True)
     await asyncio.Event().wait()
+
+
+KILL_NEXT_SAVE = "kill-at-next-save"  # the test puts it in the state dir; the harness obeys
+KILLED = "killed-between"  # ...and leaves this behind, naming the two writes
+
+
+def _kill_between_writes(checkpointer: Checkpointer, state_dir: Path) -> None:
+    """Test-only: once KILL_NEXT_SAVE exists, the next checkpoint is SIGKILLed after its first
+    write and before its second, inside its transaction."""
+    write = checkpointer.store._run
+    done: list[str] = []
+
+    def run(sql: str, rows: object) -> None:
+        if done or (state_dir / KILL_NEXT_SAVE).exists():
+            done.append(sql)
+            if len(done) == 2:
+                (state_dir / KILLED).write_text("\n".join(done))
+                os.kill(os.getpid(), signal.SIGKILL)
+        write(sql, rows)  # type: ignore[arg-type]
+
+    checkpointer.store._run = run  # type: ignore[method-assign]
 
 
 async def _spawn(route_url: str, state_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
@@ -280,6 +302,57 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
         went_down = {k: (v, last.get(k, 0)) for k, v in first.items()
                      if _is_counter(k[0]) and last.get(k, 0) < v
                      and not k[0].startswith("zaroz_checkpoint_")}  # this process's own writes
+        assert not went_down
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGKILL)
+                await p.wait()
+        await route.stop()
+
+
+async def test_kill_in_the_middle_of_a_checkpoint_loses_and_repeats_nothing(tmp_path: Path):
+    """SIGKILL between two writes of one incremental checkpoint: the store stays at the last
+    checkpoint committed (that of the last scrape), and the next process ends exactly at the
+    truth, no counter below what a scraper saw."""
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    route_url = await route.start()
+    n = {w: len(evs) for w, evs in LOGS.items()}
+    stream = Feed(route, LOGS)
+    feed, fed = stream.to, stream.fed
+    procs = []
+    try:
+        feed(0.3)
+        proc, url = await _spawn(route_url, tmp_path)
+        procs.append(proc)
+        for f in (0.4, 0.5):
+            await _scrape_until(url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
+            feed(f)
+        first = await _scrape_until(
+            url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
+        feed(0.7)
+        await asyncio.sleep(1.0)  # applied, not saved: the next checkpoint has all of it
+        (tmp_path / KILL_NEXT_SAVE).touch()
+        with pytest.raises(aiohttp.ClientError):
+            await _scrape(url)  # its checkpoint dies half written: nothing is exposed
+        await proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        between = (tmp_path / KILLED).read_text().splitlines()
+        assert len(between) == 2 and all(" INTO " in w or "DELETE" in w for w in between)
+        (tmp_path / KILL_NEXT_SAVE).unlink()
+        stored = read_state(tmp_path)
+        assert stored is not None
+        assert {w: e["cursor"] for w, e in stored["workloads"].items()} == {
+            w: _last_seq(first, w) for w in LOGS}  # the last commit, not half the next
+
+        feed(1.0)
+        proc, url = await _spawn(route_url, tmp_path)
+        procs.append(proc)
+        last = await _scrape_until(url, lambda s: all(_last_seq(s, w) == n[w] for w in LOGS))
+        assert assert_matches_truth(last, TRUTH, list(LOGS)) > 100
+        went_down = {k: (v, last.get(k, 0)) for k, v in first.items()
+                     if _is_counter(k[0]) and last.get(k, 0) < v
+                     and not k[0].startswith("zaroz_checkpoint_")}
         assert not went_down
     finally:
         for p in procs:
