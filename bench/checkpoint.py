@@ -165,7 +165,7 @@ def run(units: int, workloads: int, events: list[int], rounds: int, traces: bool
             feed(p, live, k, now)
             take, _, ch = measured(cp.changes)
             write, wbytes, _ = measured(lambda ch=ch: cp.store.write(ch))
-            cp._saved()
+            cp._done(ch, time.perf_counter())
             res["sqlite"].append((take + write, ch.rows(), wbytes))
             jt, jb, _ = measured(lambda ch=ch: journal_append(json_dir / "journal", ch))
             res["journal"].append((take + jt, ch.rows(), jb))

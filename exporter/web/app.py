@@ -14,7 +14,7 @@ from exporter.overview.web import Overview
 from exporter.sinks.metrics.exposition import CONTENT_TYPES, Format, coalesce, negotiate
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.pbprime import prime
-from exporter.wiring.checkpoint import Checkpointer, CheckpointError, render_checkpointed
+from exporter.wiring.checkpoint import Checkpointer, CheckpointError, render_checkpointed_async
 
 Readiness = Callable[[], tuple[bool, str]]
 log = logging.getLogger("exporter.web.app")
@@ -72,11 +72,12 @@ class MetricsServer:
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
         if fmt is Format.PROTOBUF:  # the encoding not done yet, in slices: the loop stays free
             await prime(self.registry)
-        # From here to the rendered exposition, no await (render_checkpointed).
+        # From here to the rendered exposition, no await (render_checkpointed_async: it awaits
+        # only the checkpoint's write, once the exposition is rendered, before it is sent).
         if self.held is not None:
             self.registry.hold(self.held())
         try:
-            chunks = render_checkpointed(self.registry, fmt, self.checkpointer)
+            chunks = await render_checkpointed_async(self.registry, fmt, self.checkpointer)
         except CheckpointError as e:
             log.error("scrape refused: the checkpoint could not be saved", extra={"error": str(e)})
             return web.Response(status=503, text=f"checkpoint failed: {e}\n")

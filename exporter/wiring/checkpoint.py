@@ -37,13 +37,15 @@ incrementally too, and spans are exported only once a checkpoint covers them
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import gc
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,7 @@ FILE = "checkpoint.json"  # versions 1 and 2: converted into the store once
 CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
+_WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
 
 
 class CheckpointError(Exception):
@@ -97,6 +100,7 @@ class Checkpointer:
         self._synced = False
         self._traces_meta: bytes | None = None
         self.last_rows = 0  # rows written or removed by the last save
+        self._pool: ThreadPoolExecutor | None = None
         if pipeline.traces is not None:
             try:
                 self._lock()  # the trace sink keeps a file beside the checkpoint
@@ -201,6 +205,7 @@ class Checkpointer:
                           "stats": traces.freeze()})
             if box is not None:
                 held_spans, ch.spans_through = box.to_store()
+                ch.held_through = box.next_serial - 1
                 ch.spans = [(serial, dumps(encode_span(r))) for serial, r in held_spans]
                 if full:  # and those released but not handled yet
                     ch.spans = [(serial, dumps(a)) for serial, a in box.state()["spans"]]
@@ -211,33 +216,78 @@ class Checkpointer:
 
     def save(self) -> bool:
         """Write what changed since the last save; True when something was written.
-        Synchronous on purpose (see the module docstring). Raises CheckpointError when it
-        cannot be written (the next save then replaces the whole store)."""
+        Synchronous: returns once it is durable (with every save begun before it). Raises
+        CheckpointError when it cannot be written (the next save then replaces the store)."""
         start = time.perf_counter()
+        ch = self._prepare()
+        try:
+            self._writer().submit(self._write, ch).result()
+        except _WRITE_ERRORS as e:
+            raise self._failed(e) from e
+        return self._done(ch, start)
+
+    def begin_save(self) -> Callable[[], Awaitable[bool]]:
+        """`save` in two halves: what changed is taken now, on the caller's thread (O(changes),
+        so that nothing is applied between it and a render), and written in the writer thread;
+        the returned coroutine function waits until it is durable (and everything begun before
+        it), then says whether something was written, or raises CheckpointError."""
+        start = time.perf_counter()
+        ch = self._prepare()
+        written = self._writer().submit(self._write, ch)
+
+        async def durable() -> bool:
+            try:
+                await asyncio.wrap_future(written)
+            except _WRITE_ERRORS as e:
+                raise self._failed(e) from e
+            return self._done(ch, start)
+
+        return durable
+
+    def _prepare(self) -> Changes | None:
+        """The changes to write (None: nothing changed); from then on they count as stored."""
         try:
             self._lock()
             ch = self.changes()
-            if not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through:
-                self.last_rows = 0
-                self.metrics.saved("unchanged")
-                self._saved()
-                return False
+        except (OSError, TypeError, ValueError) as e:
+            raise self._failed(e) from e
+        self._synced = True  # a failed write undoes it (_failed), before any later save
+        if not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through:
+            return None
+        return ch
+
+    def _write(self, ch: Changes | None) -> None:
+        """The writer thread's part: one transaction, or (nothing changed) a check that every
+        save before it was written."""
+        if ch is None:
+            self.store.check()
+        else:
             self.store.write(ch)
-        except (OSError, sqlite3.Error, TypeError, ValueError) as e:
-            self._synced = False  # what was taken is not stored: write everything next time
-            self.metrics.saved("error")
-            log.error("checkpoint not written", extra={
-                "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
-            raise CheckpointError(f"cannot write checkpoint in {self.dir}: {e}") from e
-        self._synced = True
+
+    def _writer(self) -> ThreadPoolExecutor:
+        # One thread, so saves are written in the order they were taken (sqlite3 leaves the
+        # GIL while it writes and fsyncs).
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+        return self._pool
+
+    def _failed(self, e: BaseException) -> CheckpointError:
+        self._synced = False  # what was taken is not stored: write everything next time
+        self.metrics.saved("error")
+        log.error("checkpoint not written", extra={
+            "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
+        return CheckpointError(f"cannot write checkpoint in {self.dir}: {e}")
+
+    def _done(self, ch: Changes | None, start: float) -> bool:
+        if ch is None:
+            self.last_rows = 0
+            self.metrics.saved("unchanged")
+            return False
         self.last_rows = ch.rows()
         self.metrics.saved("written", self.clock(), time.perf_counter() - start, ch.size())
-        self._saved()
+        if self.pipeline.traces is not None:  # the spans it holds may leave now
+            self.pipeline.traces.saved(ch.held_through)
         return True
-
-    def _saved(self) -> None:
-        if self.pipeline.traces is not None:  # held spans are covered now: they may leave
-            self.pipeline.traces.saved()
 
     def load(self) -> int:
         """Restore every workload of the checkpoint into the pipeline (before the tailers and the
@@ -343,6 +393,9 @@ class Checkpointer:
                     f"{CONVERTED}", extra={"state_dir": str(self.dir)})
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self.store.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -377,3 +430,17 @@ def render_checkpointed(registry: Registry, openmetrics: bool | Format,
     if checkpointer is not None:
         checkpointer.save()
     return list(render(registry, openmetrics))
+
+
+async def render_checkpointed_async(registry: Registry, openmetrics: bool | Format,
+                                    checkpointer: Checkpointer | None) -> list[bytes]:
+    """`render_checkpointed`, with the checkpoint written off the event loop: what changed is
+    taken, then the whole exposition rendered, with no await in between (the exposition is
+    exactly the checkpointed state), and only then does it wait for the write to be durable.
+    The caller sends nothing before this returns; raises CheckpointError as the other does."""
+    if checkpointer is None:
+        return list(render(registry, openmetrics))
+    durable = checkpointer.begin_save()
+    chunks = list(render(registry, openmetrics))
+    await durable()
+    return chunks

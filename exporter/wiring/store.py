@@ -83,6 +83,8 @@ class Changes:
     traces_gone: list[tuple[str, str]] = field(default_factory=list)
     spans: list[tuple[int, bytes]] = field(default_factory=list)
     spans_through: int = 0  # stored spans up to this serial are handled: they go
+    held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
+    # they may leave (Outbox.saved)
     meta: list[tuple[str, bytes]] = field(default_factory=list)
 
     def rows(self) -> int:
@@ -103,19 +105,21 @@ def _size(row: Sequence[Any]) -> int:
 
 
 class Store:
-    """The database, opened on first use; every method runs on the caller's thread."""
+    """The database, opened on first use; used by one thread at a time."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: sqlite3.Connection | None = None
         self.spans_through = 0  # the last `spans_through` applied
+        self.broken = False  # the last write failed
 
     def exists(self) -> bool:
         return self.path.exists()
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
-            db = sqlite3.connect(self.path, isolation_level=None)
+            # Written from the checkpointer's writer thread, read at start: one at a time.
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table only
                 db.execute("PRAGMA journal_mode=WAL")
@@ -127,8 +131,18 @@ class Store:
             self._db = db
         return self._db
 
+    def check(self) -> None:
+        """Raises when the last write failed: what was taken since is not all stored."""
+        if self.broken:
+            raise sqlite3.OperationalError("an earlier checkpoint was not written")
+
     def write(self, changes: Changes) -> None:
-        """One transaction: all of `changes`, or (killed, or failing) none of them."""
+        """One transaction: all of `changes`, or (killed, or failing) none of them. After a
+        failure only a whole write (`full`) is taken: the changes of the writes between would
+        miss the failed one's."""
+        if not changes.full:
+            self.check()
+        self.broken = True
         db = self._open()
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -150,6 +164,7 @@ class Store:
                 db.execute("ROLLBACK")
             raise
         self.spans_through = max(self.spans_through, changes.spans_through)
+        self.broken = False
 
     def _run(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """One statement over its rows (a test kills the process between two of these)."""

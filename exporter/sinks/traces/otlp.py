@@ -416,10 +416,10 @@ class TraceSink:
         self._frozen = {k: getattr(st, k) for k in COUNTERS}
         return {k: self._base[k] + v for k, v in self._frozen.items()}
 
-    def saved(self) -> None:
-        """The checkpoint with `state()` is on disk."""
+    def saved(self, through: int | None = None) -> None:
+        """The checkpoint with `state()` (the spans held up to serial `through`) is on disk."""
         if self.outbox is not None:
-            self.outbox.saved()
+            self.outbox.saved(through)
 
     def restore(self, data: Mapping[str, Any]) -> None:
         for w, st in data["builders"].items():

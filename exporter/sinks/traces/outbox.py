@@ -109,10 +109,14 @@ class Outbox:
         spans: each span from its hold until the first save after it was handled."""
         return self.held, self.mark.value
 
-    def saved(self) -> None:
-        """The checkpoint holding the held spans is on disk: release them."""
-        held, self.held = self.held, []
-        for serial, r in held:
+    def saved(self, through: int | None = None) -> None:
+        """The checkpoint holding the held spans (up to serial `through`) is on disk: release
+        them. (A checkpoint taken later may still be being written: its spans wait for it.)"""
+        held = self.held
+        n = len(held) if through is None else next(
+            (i for i, (serial, _) in enumerate(held) if serial > through), len(held))
+        self.held = held[n:]
+        for serial, r in held[:n]:
             self._release(serial, r)
 
     def restore(self, data: dict[str, Any]) -> None:
