@@ -4,7 +4,9 @@ saves; and a checkpoint after K events writes O(K) rows, whatever the size of th
 
 from __future__ import annotations
 
+import itertools
 import random
+import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -12,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
-from exporter.wiring.checkpoint import CONVERTED, FILE, Checkpointer
+from exporter.wiring.checkpoint import CONVERTED, FILE, Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
 from exporter.wiring.store import read_state
 from tests.simlogs import finite_logs
@@ -363,3 +366,61 @@ def test_a_series_removed_leaves_the_store_at_the_next_checkpoint(tmp_path: Path
     assert cp.save() is True
     _same(read_state(tmp_path), expected)
     cp.close()
+
+
+async def test_a_failed_write_fails_the_saves_taken_after_it_until_a_whole_one(tmp_path: Path):
+    """Two scrapes: the first one's write fails in the writer thread after the second took its
+    changes on top of it. Neither may be exposed, and the next save writes everything."""
+    p = _pipeline(traces=False)
+    cp = Checkpointer(tmp_path, p)
+    feed = iter(LOGS["wl-1"])
+    for e in itertools.islice(feed, 50):
+        p.workload("wl-1").offer(e)
+    assert cp.save() is True
+    whole = cp.last_rows
+    write = cp.store._run
+    fail = [True]
+
+    def failing(sql: str, rows: Any) -> None:
+        if fail[0]:
+            fail[0] = False
+            raise sqlite3.OperationalError("disk I/O error")
+        write(sql, rows)
+
+    cp.store._run = failing  # type: ignore[method-assign]
+    p.workload("wl-1").offer(next(feed))
+    first = cp.begin_save()
+    p.workload("wl-1").offer(next(feed))
+    second = cp.begin_save()  # taken before the first one's failure is known
+    for durable in (first, second):
+        with pytest.raises(CheckpointError):
+            await durable()
+    expected = cp.state()
+    assert cp.save() is True
+    assert cp.last_rows >= whole  # the whole store again
+    _same(read_state(tmp_path), expected)
+    cp.close()
+
+
+async def test_spans_leave_only_with_the_checkpoint_that_holds_them(tmp_path: Path):
+    p = _pipeline()
+    cp = Checkpointer(tmp_path, p)
+    assert p.traces is not None and p.traces.outbox is not None
+    box = p.traces.outbox
+    log = LOGS["wl-1"]
+    try:
+        for e in log[:150]:
+            p.workload("wl-1").offer(e)
+        covered = [serial for serial, _ in box.held]
+        durable = cp.begin_save()
+        for e in log[150:300]:  # spans ended while that checkpoint is being written
+            p.workload("wl-1").offer(e)
+        later = [serial for serial, _ in box.held if serial not in covered]
+        assert covered and later
+        assert await durable() is True
+        assert [serial for serial, _ in box.released] == covered
+        assert [serial for serial, _ in box.held] == later  # they wait for the next one
+        assert cp.save() is True
+        assert [serial for serial, _ in box.released] == covered + later and not box.held
+    finally:
+        _close(cp)
