@@ -389,7 +389,8 @@ def test_a_family_whose_labels_changed_restarts_at_zero_not_the_whole_checkpoint
     # As a checkpoint from before zaroz_events_duplicate_total had its `source` label.
     with sqlite3.connect(tmp_path / DB) as db:
         db.execute("DELETE FROM series WHERE family = 'zaroz_events_duplicate_total'")
-        db.execute("INSERT INTO series VALUES ('zaroz_events_duplicate_total', ?, 7, NULL)",
+        db.execute("INSERT INTO series (family, labels, value) "
+                   "VALUES ('zaroz_events_duplicate_total', ?, 7)",
                    (orjson.dumps(["wl-1"]),))
     db.close()
     q = Pipeline()

@@ -17,6 +17,7 @@ avoid), and a restore would replay every record since the last compaction.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,24 +45,30 @@ CREATE TABLE IF NOT EXISTS units(
 CREATE TABLE IF NOT EXISTS pending(
     workload TEXT, seq INTEGER, event BLOB, PRIMARY KEY(workload, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS series(
-    family TEXT, labels BLOB, value, hist BLOB, PRIMARY KEY(family, labels)) WITHOUT ROWID;
+    id INTEGER PRIMARY KEY, family TEXT, labels BLOB, value, hist BLOB);
 CREATE TABLE IF NOT EXISTS traces(
-    workload TEXT, uid TEXT, state BLOB NOT NULL, PRIMARY KEY(workload, uid)) WITHOUT ROWID;
+    id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span BLOB NOT NULL);
 """
 
 # (statement, the Changes field whose rows it takes), in the order written: removals first,
 # so a series removed and made again in one interval ends as its new row.
+#
+# Series and open traces have rows of a few hundred bytes: in a WITHOUT ROWID table (an index
+# B-tree) a row over about a quarter of a 1 KiB page spills to an overflow page of its own, so
+# they live in rowid tables (a row fits up to 989 bytes) keyed by a 63-bit hash of their key
+# (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
+_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone"})
 _WRITES = (
     ("DELETE FROM units WHERE workload = ? AND uid = ?", "units_gone"),
     ("DELETE FROM pending WHERE workload = ? AND seq = ?", "pending_gone"),
-    ("DELETE FROM series WHERE family = ? AND labels = ?", "series_gone"),
-    ("DELETE FROM traces WHERE workload = ? AND uid = ?", "traces_gone"),
+    ("DELETE FROM series WHERE id = ?", "series_gone"),
+    ("DELETE FROM traces WHERE id = ?", "traces_gone"),
     ("INSERT OR REPLACE INTO workloads VALUES (?, ?)", "workloads"),
     ("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", "units"),
     ("INSERT OR REPLACE INTO pending VALUES (?, ?, ?)", "pending"),
-    ("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?)", "series"),
-    ("INSERT OR REPLACE INTO traces VALUES (?, ?, ?)", "traces"),
+    ("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?)", "series"),
+    ("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", "traces"),
     ("INSERT OR REPLACE INTO spans VALUES (?, ?)", "spans"),
     ("INSERT OR REPLACE INTO meta VALUES (?, ?)", "meta"),
 )
@@ -94,6 +101,12 @@ class Changes:
     def size(self) -> int:
         """Bytes of the rows written: their text and blob fields, 8 per number."""
         return sum(_size(r) for _, f in _WRITES for r in getattr(self, f))
+
+
+def _id(a: str, b: str | bytes) -> int:
+    """A row's id in a hashed table: 63 bits of its key's BLAKE2b."""
+    key = a.encode() + b"\0" + (b if isinstance(b, bytes) else b.encode())
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
 
 
 def _key(row: Sequence[Any]) -> tuple[Any, Any]:
@@ -152,6 +165,9 @@ class Store:
                 self._run("INSERT INTO meta VALUES ('v', ?)", [(orjson.dumps(VERSION),)])
             for sql, name in _WRITES:
                 rows = getattr(changes, name)
+                if rows and name in _HASHED:
+                    rows = [(_id(r[0], r[1]), *r[2:]) if name.endswith("_gone")
+                            else (_id(r[0], r[1]), *r) for r in rows]
                 if rows:
                     if changes.full:  # in key order: appended to each table's B-tree
                         rows.sort(key=_key)
@@ -215,11 +231,12 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
         logs[w]["pending"].append([seq, None if ev is None else loads(ev)])
     state: dict[str, Any] = {
         "v": VERSION, "workloads": workloads,
-        "metrics": state_of_rows(db.execute("SELECT * FROM series").fetchall())}
+        "metrics": state_of_rows(
+            db.execute("SELECT family, labels, value, hist FROM series").fetchall())}
     if "traces" in meta:
         builders: dict[str, Any] = {
             w: {"v": 1, "expired": n, "units": {}} for w, n in trace_expired.items()}
-        for w, uid, raw in db.execute("SELECT * FROM traces"):
+        for w, uid, raw in db.execute("SELECT workload, uid, state FROM traces"):
             builders[w]["units"][uid] = loads(raw)
         t = meta["traces"]
         spans = [[serial, loads(raw)] for serial, raw in
