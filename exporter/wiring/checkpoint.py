@@ -10,10 +10,12 @@ Events applied after the checkpoint are applied again from its cursor, exactly o
 counters restored are those of that cursor.
 
 No scraper may have seen more than the checkpoint holds, or the restored counters would go
-backwards (a reset to Prometheus). So the checkpoint is saved synchronously just before each
-scrape is rendered (`render_checkpointed`, no await in between), and besides every
-`--checkpoint-interval` seconds and at shutdown. A checkpoint newer than the last scrape is
-harmless: its counts are exposed next time.
+backwards (a reset to Prometheus). So what changed is taken just before each scrape is rendered,
+with no await in between, and the exposition is sent only once that checkpoint is durable
+(`render_checkpointed_async`: the write itself runs in the checkpointer's one writer thread, off
+the event loop, in the order the saves were taken; `render_checkpointed` and `save` wait for it
+in place). Besides, a checkpoint is saved every `--checkpoint-interval` seconds and at
+shutdown. A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
 
 Each save writes only what changed since the last one, as one SQLite transaction (wiring/store.py):
 the model and the series record what they change as they go (O(1) per change: a set of unit
