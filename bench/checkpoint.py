@@ -87,16 +87,20 @@ def feed(p: Pipeline, live: LiveFleet, k: int, now: list[int]) -> int:
     return n
 
 
+def _write_synced(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def journal_append(path: Path, ch: Changes) -> int:
     """The journal design: the same rows, one line, appended and fsynced."""
     line = orjson.dumps({f: getattr(ch, f) for _, f in _WRITES},
                         default=lambda b: b.decode() if isinstance(b, bytes) else str(b)) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(path, line, os.O_APPEND)
     return len(line)
 
 
@@ -106,12 +110,7 @@ def json_save(directory: Path, cp: Checkpointer) -> int:
     state["v"] = 2
     data = orjson.dumps(state)
     tmp = directory / "checkpoint.json.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(tmp, data, os.O_TRUNC)
     os.replace(tmp, directory / "checkpoint.json")
     dfd = os.open(directory, os.O_RDONLY)
     os.fsync(dfd)

@@ -15,7 +15,9 @@ import signal
 import sqlite3
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -262,7 +264,13 @@ def _is_counter(sample: str) -> bool:
         kinds.get(base) is catalog.Kind.HISTOGRAM and sample != base)
 
 
-async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
+async def _killed_then_restarted(tmp_path: Path, feeds: tuple[float, ...],
+                                 kill: Callable[[asyncio.subprocess.Process, str],
+                                                Awaitable[None]],
+                                 check: Callable[[dict[str, Any], dict], None]) -> None:
+    """A first process scraped while the stream goes on (`feeds`), then more applied and never
+    scraped, then `kill`ed; `check` looks at the store and the last samples it exposed; a second
+    process on the same state dir must end exactly at the truth."""
     route = RouteServer(SimConfig(workloads=2).workload_list())
     route_url = await route.start()
     n = {w: len(evs) for w, evs in LOGS.items()}
@@ -274,23 +282,17 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
         feed(0.3)
         proc, url = await _spawn(route_url, tmp_path)
         procs.append(proc)
-        for f in (0.4, 0.5, 0.6):  # scrapes while the stream goes on
+        for f in feeds:  # scrapes while the stream goes on
             await _scrape_until(url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
             feed(f)
         first = await _scrape_until(
             url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
         feed(0.7)  # applied by the first process but never scraped: must count in the second
         await asyncio.sleep(1.0)
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
+        await kill(proc, url)
         stored = read_state(tmp_path)
         assert stored is not None
-        saved = stored["workloads"]
-        assert all(saved[w]["cursor"] == _last_seq(first, w) for w in LOGS)
-        # Units created before the kill and not ready yet: their readiness spans the restart.
-        waiting = sum(1 for w in LOGS for u in saved[w]["log"]["units"].values()
-                      if u[0] is not None and not u[1])
-        assert waiting > 0
+        check(stored, first)
 
         feed(1.0)
         proc, url = await _spawn(route_url, tmp_path)
@@ -311,28 +313,28 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
         await route.stop()
 
 
+async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
+    async def kill(proc: asyncio.subprocess.Process, url: str) -> None:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+    def check(stored: dict[str, Any], first: dict) -> None:
+        saved = stored["workloads"]
+        assert all(saved[w]["cursor"] == _last_seq(first, w) for w in LOGS)
+        # Units created before the kill and not ready yet: their readiness spans the restart.
+        waiting = sum(1 for w in LOGS for u in saved[w]["log"]["units"].values()
+                      if u[0] is not None and not u[1])
+        assert waiting > 0
+
+    await _killed_then_restarted(tmp_path, (0.4, 0.5, 0.6), kill, check)
+
+
 async def test_kill_in_the_middle_of_a_checkpoint_loses_and_repeats_nothing(tmp_path: Path):
     """SIGKILL between two writes of one incremental checkpoint: the store stays at the last
     checkpoint committed (that of the last scrape), and the next process ends exactly at the
     truth, no counter below what a scraper saw."""
-    route = RouteServer(SimConfig(workloads=2).workload_list())
-    route_url = await route.start()
-    n = {w: len(evs) for w, evs in LOGS.items()}
-    stream = Feed(route, LOGS)
-    feed, fed = stream.to, stream.fed
-    procs = []
-    try:
-        feed(0.3)
-        proc, url = await _spawn(route_url, tmp_path)
-        procs.append(proc)
-        for f in (0.4, 0.5):
-            await _scrape_until(url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
-            feed(f)
-        first = await _scrape_until(
-            url, lambda s: all(_last_seq(s, w) == fed[w] for w in LOGS))
-        feed(0.7)
-        await asyncio.sleep(1.0)  # applied, not saved: the next checkpoint has all of it
-        (tmp_path / KILL_NEXT_SAVE).touch()
+    async def kill(proc: asyncio.subprocess.Process, url: str) -> None:
+        (tmp_path / KILL_NEXT_SAVE).touch()  # what was applied since the last scrape is in it
         with pytest.raises(aiohttp.ClientError):
             await _scrape(url)  # its checkpoint dies half written: nothing is exposed
         await proc.wait()
@@ -340,26 +342,12 @@ async def test_kill_in_the_middle_of_a_checkpoint_loses_and_repeats_nothing(tmp_
         between = (tmp_path / KILLED).read_text().splitlines()
         assert len(between) == 2 and all(" INTO " in w or "DELETE" in w for w in between)
         (tmp_path / KILL_NEXT_SAVE).unlink()
-        stored = read_state(tmp_path)
-        assert stored is not None
+
+    def check(stored: dict[str, Any], first: dict) -> None:
         assert {w: e["cursor"] for w, e in stored["workloads"].items()} == {
             w: _last_seq(first, w) for w in LOGS}  # the last commit, not half the next
 
-        feed(1.0)
-        proc, url = await _spawn(route_url, tmp_path)
-        procs.append(proc)
-        last = await _scrape_until(url, lambda s: all(_last_seq(s, w) == n[w] for w in LOGS))
-        assert assert_matches_truth(last, TRUTH, list(LOGS)) > 100
-        went_down = {k: (v, last.get(k, 0)) for k, v in first.items()
-                     if _is_counter(k[0]) and last.get(k, 0) < v
-                     and not k[0].startswith("zaroz_checkpoint_")}
-        assert not went_down
-    finally:
-        for p in procs:
-            if p.returncode is None:
-                p.send_signal(signal.SIGKILL)
-                await p.wait()
-        await route.stop()
+    await _killed_then_restarted(tmp_path, (0.4, 0.5), kill, check)
 
 
 if __name__ == "__main__":
