@@ -125,6 +125,13 @@ def test_corrupt_checkpoint_refuses_to_start(tmp_path: Path):
     assert prepare_start("earliest", cp, None) is None  # ignores any checkpoint
 
 
+def test_a_store_that_cannot_be_read_refuses_to_start(tmp_path: Path):
+    (tmp_path / DB).write_bytes(b"SQLite format 3\0" + b"\xff" * 2000)  # a torn, foreign file
+    with pytest.raises(CheckpointError, match="start-from"):
+        Checkpointer(tmp_path, Pipeline()).load()
+    assert (tmp_path / DB).read_bytes().startswith(b"SQLite format 3\0\xff")  # left as it was
+
+
 def test_unwritable_state_dir_fails_the_scrape(tmp_path: Path):
     (tmp_path / "file").write_text("x")
     p = _fed(10)
