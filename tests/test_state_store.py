@@ -424,3 +424,34 @@ async def test_spans_leave_only_with_the_checkpoint_that_holds_them(tmp_path: Pa
         assert [serial for serial, _ in box.released] == covered + later and not box.held
     finally:
         _close(cp)
+
+
+def test_rows_this_version_cannot_read_are_rewritten_once_not_refused_at_every_start(
+        tmp_path: Path):
+    p = _pipeline(traces=False)
+    cp = Checkpointer(tmp_path, p)
+    for e in LOGS["wl-1"][:300]:
+        p.workload("wl-1").offer(e)
+    cp.save()
+    cp.close()
+    # As a store from before zaroz_events_duplicate_total had its `source` label.
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        db.execute("DELETE FROM series WHERE family = 'zaroz_events_duplicate_total'")
+        db.execute("INSERT INTO series (family, labels, value) VALUES (?, ?, 7)",
+                   ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"])))
+    db.close()
+    q = _pipeline(traces=False)
+    once = Checkpointer(tmp_path, q)
+    once.load()
+    dup = q.registry.counter("zaroz_events_duplicate_total")
+    assert all(s.value == 0 for s in dup.series.values())  # restarted at zero, once
+    dup.labels("wl-1", "route").inc(2)
+    expected = once.state()
+    once.save()
+    once.close()
+    _same(read_state(tmp_path), expected)  # the old rows are gone
+    r = _pipeline(traces=False)
+    later = Checkpointer(tmp_path, r)
+    later.load()
+    assert r.registry.counter("zaroz_events_duplicate_total").labels("wl-1", "route").value == 2
+    later.close()

@@ -328,6 +328,13 @@ class Checkpointer:
             w for w, e in state["workloads"].items() if e.get("held"))
         if state["v"] == VERSION:
             self._track(restored)
+            # Rows this version does not read (a family whose labels changed, or left the
+            # catalog; trace state with traces off, or none with them on) would stay in the
+            # store and be refused again at every start: the first save rewrites it whole.
+            registry = self.pipeline.registry
+            if skipped or any(n not in registry.families for n in state["metrics"]) or (
+                    "traces" in state) != (self.pipeline.traces is not None):
+                self._synced = False
         else:  # converted: the store is written whole, then the old file is put aside
             self._track(None)
             # Nothing is exposed yet: what was held at that save is held as of now.
