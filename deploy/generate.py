@@ -17,6 +17,8 @@ Derived, and therefore generated rather than hand-written:
   rules (`alerts/rules/native/`, the same PrometheusRule names, so other components and the
   alerts' record names still line up) and dashboards (`dashboards/json/native/`, each replacing
   the classic dashboard it is the native form of).
+- `helm/zaroz-exporter/files/` and its README.md: the Helm chart's rules, dashboards and CRD
+  and its values table (deploy/chart.py).
 
 `python -m deploy` writes them; `python -m deploy --check` exits 1 when any is stale, and
 tests/test_deploy.py fails the same way.
@@ -354,6 +356,9 @@ def outputs() -> dict[Path, str]:
         [statefulset()], "deploy/base/deployment.yaml and SHARDS in deploy/generate.py")
     files[DEPLOY / "overlays" / "dev" / "crd.yaml"] = dump(
         [crd()], "schemas/unit-signal-spec.schema.json and schemas/unit-signal-status.schema.json")
+    from deploy import chart  # the Helm chart's generated files (deploy/chart.py)
+
+    files.update(chart.outputs())
     return files
 
 
@@ -422,7 +427,9 @@ def stale() -> list[Path]:
            if not p.exists() or p.read_text(encoding="utf-8") != text]
     if GENERATED.exists():
         bad += [p for p in sorted(GENERATED.iterdir()) if p not in want]
-    return bad
+    from deploy import chart
+
+    return bad + chart.leftovers(want)
 
 
 def write() -> list[Path]:
