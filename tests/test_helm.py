@@ -6,9 +6,10 @@
 - Every value set under ci/ is linted and rendered; every rendered object is validated:
   built-in kinds with `kubernetes-validate --strict` (Kubernetes' own schemas, oldest and newest
   supported), ServiceMonitor, PodMonitor and PrometheusRule with the prometheus-operator CRD
-  schemas as PyPI's cloudcoil-models-prometheus-operator ships them (models generated from the
-  operator's CRDs: types, enums and patterns checked strictly, and a field the CRD does not
-  know found by a round trip, since the API server would prune it).
+  schemas as PyPI's cloudcoil-models-prometheus-operator ships them (pydantic models generated
+  from the operator's CRDs; 0.80.x on Python 3.11, newer releases need 3.14): types, enums and
+  patterns checked strictly, and a field the CRD does not know found by a round trip, since
+  the API server would prune it. The kustomize builds' monitoring objects are checked too.
 - Parity: the chart with default values renders the objects of `kubectl kustomize deploy/base`
   (less the Namespace) with the same container args, environment, image and pod settings, and
   the same rules and dashboards, so the two installs cannot drift.
@@ -280,6 +281,16 @@ def test_monitoring_kinds_validate_against_the_operator_crds(values: str) -> Non
         assert operator_problems(doc) == [], f"{doc['kind']}/{doc['metadata']['name']}"
 
 
+@pytest.mark.parametrize("overlay", ["base", "tls", "native-histograms"])
+def test_kustomize_monitoring_kinds_validate_against_the_operator_crds(overlay: str) -> None:
+    """The same check for what `kubectl kustomize` builds (tests/test_deploy_build.py checks
+    those objects' shape by hand), so both installs meet the real CRDs."""
+    docs = [d for d in _kustomize(overlay) if d["kind"] in OPERATOR_KINDS]
+    assert {d["kind"] for d in docs} == {"ServiceMonitor", "PrometheusRule"}
+    for doc in docs:
+        assert operator_problems(doc) == [], f"{overlay} {doc['kind']}/{doc['metadata']['name']}"
+
+
 @pytest.mark.parametrize(("change", "found"), [
     (lambda e: e.update(scheme="ftp"), "scheme"),
     (lambda e: e.update(interval="30 seconds"), "interval"),
@@ -339,8 +350,7 @@ def test_chart_renders_what_kustomize_builds(overlay: str, values: str | dict[st
         assert hw["spec"]["template"]["spec"].get(key) == kw["spec"]["template"]["spec"].get(
             key), key
     assert hw["spec"]["replicas"] == kw["spec"]["replicas"]
-    assert [c["metadata"]["name"] for c in hw["spec"].get("volumeClaimTemplates", [])] == [
-        c["metadata"]["name"] for c in kw["spec"].get("volumeClaimTemplates", [])]
+    assert hw["spec"].get("volumeClaimTemplates") == kw["spec"].get("volumeClaimTemplates")
     assert _groups(helm) == _groups(kust)
     assert _boards(helm) == _boards(kust)
     hp, kp = _one(helm, "NetworkPolicy")["spec"], _one(kust, "NetworkPolicy")["spec"]
@@ -384,6 +394,8 @@ def test_sharded_statefulset_replicas_equal_total_shards(replicas: int) -> None:
     assert mount["name"] not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
     assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["volumeMode"] == "Filesystem"  # persistence.volumeClaimTemplate
+    assert claim["metadata"]["labels"] == {"backup": "false"}
     assert [d for d in docs if d["kind"] == "PersistentVolumeClaim"] == []
 
 

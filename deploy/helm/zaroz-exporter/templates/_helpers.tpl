@@ -43,11 +43,23 @@ app.kubernetes.io/part-of: zaroz-units
 
 {{- define "zaroz-exporter.image" -}}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- $repo := .Values.image.repository }}
+{{- with .Values.image.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end }}
 {{- if .Values.image.digest }}
-{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- printf "%s:%s@%s" $repo $tag .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" $repo $tag }}
 {{- end }}
+{{- end }}
+
+{{/* The state claim's spec: size, class and access modes, then persistence.volumeClaimTemplate
+over them. */}}
+{{- define "zaroz-exporter.claimSpec" -}}
+{{- $p := .Values.persistence }}
+{{- $spec := dict "accessModes" $p.accessModes "resources" (dict "requests" (dict "storage" $p.size)) }}
+{{- with $p.storageClassName }}{{ $_ := set $spec "storageClassName" . }}{{ end }}
+{{- with $p.volumeClaimTemplate.spec }}{{ $spec = mustMergeOverwrite $spec (deepCopy .) }}{{ end }}
+{{- toYaml $spec }}
 {{- end }}
 
 {{/* The web config of /metrics in force: an operator's Secret, or one this chart renders. */}}
