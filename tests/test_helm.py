@@ -685,6 +685,19 @@ def test_every_rendered_object_fits_a_client_side_apply() -> None:
         assert max(sizes.values()) < 128 * 1024, (values, max(sizes, key=sizes.__getitem__))
 
 
+def test_the_packaged_chart_renders_the_same_and_fits_a_release(tmp_path: Path) -> None:
+    """`helm package` keeps files/ (the generated rules and dashboards), and the archive, which
+    Helm stores in every release's Secret (1 MiB at most), stays small."""
+    helm = _helm()
+    archive = Path(helm.package(CHART, destination=tmp_path))
+    assert archive.stat().st_size < 256 * 1024
+    with helm.Chart.load_archive(archive.read_bytes()) as packaged:
+        out = packaged.render({"histograms": "native"}, name=RELEASE, namespace=NAMESPACE)
+    docs = [d for path, text in sorted(out.items()) if not path.endswith("NOTES.txt")
+            for d in yaml.safe_load_all(text) if d]
+    assert docs == render({"histograms": "native"})
+
+
 def test_notes_tell_the_next_steps() -> None:
     text = notes(ci_values("sharded-persistent-values"))
     assert f"create secret generic {RELEASE}-events --from-file=token=" in text
