@@ -568,6 +568,16 @@ def test_tls_values_serve_metrics_over_https_with_a_web_config_the_exporter_acce
                                      "ca": {"secret": {"name": f"{RELEASE}-tls",
                                                        "key": "ca.crt"}}}
     assert "https://" in notes({"webConfig": {"tls": {"enabled": True}}})
+    # An operator's own web config: mounted as is, https only when it says it serves TLS.
+    for tls in (False, True):
+        docs = render({"webConfig": {"existingSecret": "mine", "tls": {"enabled": tls}}})
+        volumes = {v["name"]: v for v in _workload(docs)["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["web-config"]["secret"] == {"secretName": "mine"} and "tls" not in volumes
+        assert [d for d in docs if d["kind"] == "Secret"] == []
+        probe = _container(docs)["readinessProbe"]["httpGet"]
+        assert probe.get("scheme", "HTTP") == ("HTTPS" if tls else "HTTP")
+        (endpoint,) = _one(docs, "ServiceMonitor")["spec"]["endpoints"]
+        assert endpoint["scheme"] == ("https" if tls else "http")
 
 
 def test_webhook_ingress_exposes_only_the_webhook() -> None:

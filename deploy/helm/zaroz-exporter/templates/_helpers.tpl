@@ -75,8 +75,10 @@ over them. */}}
 {{- default (printf "%s-tls" (include "zaroz-exporter.fullname" .)) .Values.webConfig.tls.secretName }}
 {{- end }}
 
+{{/* /metrics speaks TLS: probes and monitors use https (with an existingSecret web config
+too, which then names its own certificates). */}}
 {{- define "zaroz-exporter.https" -}}
-{{- if or .Values.webConfig.tls.enabled .Values.webConfig.existingSecret }}true{{ end }}
+{{- if .Values.webConfig.tls.enabled }}true{{ end }}
 {{- end }}
 
 {{- define "zaroz-exporter.stateDir" -}}/var/lib/zaroz-exporter{{- end }}
