@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import tomllib
 from functools import cache
@@ -503,6 +504,34 @@ def test_every_setting_reaches_the_exporter() -> None:
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
     assert [d for d in docs if d["kind"] == "ServiceMonitor"] == []
+
+
+def test_the_exporter_reads_the_rendered_settings_as_meant(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered environment and args through the exporter's own parser (as the container
+    would start it): lists split, numbers typed, every value where the flag expects it."""
+    from exporter import cli
+
+    docs = render(ci_values("everything-values"))
+    for name in [n for n in os.environ if n.startswith(cli.ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    for name, value in effective_env(docs).items():
+        if isinstance(value, str):
+            monkeypatch.setenv(name, value)
+    args = cli.build_parser().parse_args(_container(docs)["args"])
+    assert args.command == "serve"
+    assert args.events_url == "https://events.zaroz-system.svc:8443"
+    assert args.events_token_file == "/var/run/zaroz/events/token"
+    assert args.workload == ["wl-a", "wl-b"] and args.namespace == ["wl-a", "wl-b"]
+    assert args.metric_denylist == ["zaroz_unitsignal_status_.*"] and args.metric_allowlist == []
+    assert args.metric_opt_in_list == ["zaroz_unitsignal_status_seq"]
+    assert args.unitsignal_labels_allowlist == ["zone", "team"]
+    assert args.label_selector == "tier=game" and args.kube == "on"
+    assert (args.total_shards, args.gzip_level, args.log_level) == (4, 6, "debug")
+    assert (args.unit_idle_timeout, args.checkpoint_interval) == (3600.0, 15.0)
+    assert args.listen == "0.0.0.0:9817" and args.webhook_listen == "0.0.0.0:9818"
+    assert args.web_config_file == "/etc/zaroz/web/web-config.yml"
+    assert args.webhook_secret_file == ["/var/run/zaroz/webhook/secret"]
+    assert args.state_dir == "/var/lib/zaroz-exporter"
 
 
 def test_rbac_is_read_only_on_unitsignals_plus_extra_rules() -> None:
