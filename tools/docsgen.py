@@ -186,7 +186,8 @@ per-UnitSignal ones and keep those:
 
 The lists work as in kube-state-metrics: regular expressions matched anywhere in the family name
 (anchor with `^...$`), `--metric-allowlist` and `--metric-denylist` mutually exclusive, opt-in
-families only with `--metric-opt-in-list`; a pattern that matches no family is logged at start.
+families only with `--metric-opt-in-list`; a pattern that matches no family is logged at start,
+and so is every family not exported, with the reason (opt-in, allowlist or denylist).
 A family not exported is never rendered, and with no per-object family exported the
 per-UnitSignal rows are not even stored (bench/README.md has the figures).
 """
