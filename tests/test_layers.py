@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SIMULATOR_USERS = ("exporter.commands.demo",)
 
 
-def _readme_layers() -> list[list[str]]:
+def _documented_layers() -> list[list[str]]:
     """The layer lines of docs/architecture.md, e.g. `4. sinks | sources`."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     section = text[text.index("<!-- layers:start -->"):text.index("<!-- layers:end -->")]
@@ -181,8 +181,8 @@ def test_the_simulator_uses_nothing_of_the_exporter_but_its_words() -> None:
     assert borrowed == []
 
 
-def test_readme_documents_these_layers() -> None:
-    documented = _readme_layers()
+def test_docs_architecture_documents_these_layers() -> None:
+    documented = _documented_layers()
     expected = [[n.removeprefix("exporter.") if n != "exporter" else "exporter" for n in layer]
                 for layer in LAYERS]
     assert documented == expected
