@@ -138,7 +138,7 @@ def test_dockerfile_base_images_are_pinned_slim_python_311() -> None:
     bases = [rest.split()[0] for word, rest in _dockerfile() if word == "FROM"]
     assert bases, "no FROM"
     for image in bases:
-        assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", image), image
+        assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm@sha256:[0-9a-f]{64}", image), image
 
 
 def test_dockerfile_runs_as_numeric_non_root_user() -> None:
