@@ -96,12 +96,14 @@ class Config:
     # The label telling clusters apart (kubernetes-mixin's clusterLabel): every rule keeps it
     # in its aggregations, so one set of rules never merges two clusters' series.
     cluster_label: str = recording.CLUSTER_LABEL
+    # The SLOs of readiness and allocation ack: objective, and threshold in seconds.
     slos: tuple[SLO, ...] = field(
         default_factory=lambda: (
-            SLO("readiness", 0.99, 60.0),
-            SLO("allocation_ack", 0.99, 1.0),
+            SLO("readiness", 0.99, recording.DEFAULT_SLO_THRESHOLDS["readiness"]),
+            SLO("allocation_ack", 0.99, recording.DEFAULT_SLO_THRESHOLDS["allocation_ack"]),
         )
     )
+    # Their burn-rate alerts: (long, short) window pairs, factor x error budget, for, severity.
     burn_rates: tuple[BurnRate, ...] = DEFAULT_BURN_RATES
     # A generation waiting longer than this is stuck (agents observe within seconds).
     generation_lag_seconds: float = 300.0
