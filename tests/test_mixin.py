@@ -1,4 +1,5 @@
-"""The monitoring mixin (mixin/), evaluated by a real jsonnet (PyPI's `jsonnet`, 0.20+).
+"""The monitoring mixin (mixin/), evaluated by a real jsonnet: PyPI's `jsonnet` (0.20+), and
+the `jsonnet` command (Debian's, 0.18) for the README's commands and the number formatting.
 
 With the default `_config` it renders the checked-in rules and dashboards; with an override it
 renders what the Python generators render for the same `alerts.config.Config`; promtool accepts
@@ -7,6 +8,7 @@ what it renders; its number formatting is Python's.
 
 from __future__ import annotations
 
+import ast
 import json
 import random
 import re
@@ -38,9 +40,16 @@ def _jsonnet() -> Any:
     return _jsonnet
 
 
-def evaluate(snippet: str, jpath: list[str] | None = None) -> Any:
-    return json.loads(_jsonnet().evaluate_snippet("snippet", snippet,
-                                                  jpathdir=jpath or [str(ROOT)]))
+def evaluate(snippet: str, jpath: list[str] | None = None, cli: bool = False) -> Any:
+    """`snippet` evaluated by the Python binding, or by the `jsonnet` command (`cli`)."""
+    paths = jpath or [str(ROOT)]
+    if not cli:
+        return json.loads(_jsonnet().evaluate_snippet("snippet", snippet, jpathdir=paths))
+    run = subprocess.run([require("jsonnet"), *(a for p in paths for a in ("-J", p)), "-e",
+                          snippet],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
 
 
 def render_mixin(config: str | dict[str, Any] = "{}") -> dict[str, Any]:
@@ -207,6 +216,34 @@ def test_the_readme_example_renders_from_a_vendor_directory(tmp_path: Path) -> N
     assert "wiki.example.com" in text
 
 
+def test_the_readme_commands_render_the_readme_config(tmp_path: Path) -> None:
+    """mixin/README.md's shell commands, run as written by the `jsonnet` command on its example
+    file, give what the Python generators give for the same Config; promtool accepts them."""
+    require("jsonnet")
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "vendor" / "zaroz-exporter-mixin").symlink_to(MIXIN)
+    readme = (MIXIN / "README.md").read_text()
+    for lang, name in (("jsonnet", "zaroz.jsonnet"), ("sh", "render.sh")):
+        block = re.search(rf"```{lang}\n(.*?)```", readme, re.S)
+        assert block is not None, lang
+        (tmp_path / name).write_text(block.group(1))
+    run = subprocess.run(["bash", "-e", "render.sh"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    got = {"alerts": yaml.safe_load((tmp_path / "alerts.yaml").read_text()),
+           "rules": yaml.safe_load((tmp_path / "rules.yaml").read_text()),
+           "dashboards": {p.name: json.loads(p.read_text())
+                          for p in (tmp_path / "dashboards").glob("*.json")}}
+    config = Config(job_selector='job="zaroz-exporter", namespace="monitoring"',
+                    cluster_label="k8s_cluster", generation_lag_seconds=600,
+                    runbook_base="https://wiki.example.com/zaroz/runbooks/",
+                    native_histograms=True)
+    _assert_same(got, python_outputs(config))
+    check = subprocess.run([require("promtool"), "check", "rules", "alerts.yaml", "rules.yaml"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_the_readme_lists_every_config_key() -> None:
     readme = (MIXIN / "README.md").read_text()
     defaults = evaluate("(import 'mixin/mixin.libsonnet')._config")
@@ -233,16 +270,38 @@ def _values() -> list[float]:
     return values
 
 
-def test_numbers_are_written_as_python_writes_them() -> None:
+@pytest.mark.parametrize("cli", [False, True], ids=["binding", "command"])
+def test_numbers_are_written_as_python_writes_them(cli: bool) -> None:
     """mixin/lib/format.libsonnet against the Python functions it stands for (ties, carries,
     exponents, values that are no exact decimal)."""
     values = _values()
     got = evaluate(
         f"local z = import 'mixin/lib/format.libsonnet'; local v = {json.dumps(values)};\n"
         "{ g4: [z.g(x, 4) for x in v], g6: [z.g(x, 6) for x in v],\n"
-        "  num: [z.num(x) for x in v], duration: [z.duration(x) for x in v] }")
+        "  num: [z.num(x) for x in v], duration: [z.duration(x) for x in v] }", cli=cli)
     want = {"g4": [f"{x:.4g}" for x in values], "g6": [f"{x:.6g}" for x in values],
             "num": [le_value(x) for x in values], "duration": [human_duration(x) for x in values]}
     for key, expected in want.items():
         bad = [(x, g, w) for x, g, w in zip(values, got[key], expected, strict=True) if g != w]
         assert not bad, (key, bad[:5])
+
+
+def test_the_alerts_modules_import_in_one_direction() -> None:
+    """No two modules of alerts/ import each other, lazily or not (alerts.recording imported
+    alerts.config inside a function while alerts.config imported it): the symbolic Config the
+    mixin is built from needs each module's place to be clear."""
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "alerts").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        graph[f"alerts.{path.stem}"] = {m for m in found if m.startswith("alerts.")}
+    assert graph["alerts.config"] >= {"alerts.recording"}
+    for a, deps in graph.items():
+        for b in deps & graph.keys():
+            assert a not in graph[b], f"{a} and {b} import each other"

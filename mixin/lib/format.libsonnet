@@ -19,13 +19,13 @@ local mulSmall(a, k) =
   local r = std.foldl(step, a, { out: [], carry: 0 });
   r.out + chunks(r.carry);
 
-// a * base^n, in steps of base^step (base^step * B < 2^53). Each product is forced before
-// the next step (std.all), or jsonnet's lazy thunks nest as deep as the steps are many.
+// a * base^n, in steps of base^step (base^step * B < 2^53). Each product's chunks are forced
+// before the next step, or jsonnet's lazy thunks nest as deep as the steps are many.
 local mulPow(a, base, n, step) =
   if n == 0 then a
   else
     local b = mulSmall(a, std.pow(base, std.min(n, step)));
-    assert std.all([d >= 0 for d in b]);
+    assert std.length([d for d in b if d < 0]) == 0;
     mulPow(b, base, n - std.min(n, step), step);
 
 local pad7(d) = local s = std.toString(d); std.repeat('0', 7 - std.length(s)) + s;
