@@ -134,8 +134,19 @@ are generated from the same code as `alerts/rules/` and `dashboards/json/`: with
 
 ## How to use
 
-Vendor it with jsonnet-bundler (`jb install <this repository>/mixin`, which vendors it as
-`zaroz-exporter-mixin`, or copy this directory into `vendor/zaroz-exporter-mixin`), then:
+Vendor it with jsonnet-bundler under the name `zaroz-exporter-mixin`: in your
+`jsonnetfile.json`, a dependency on this repository's `mixin` directory,
+
+```json
+{
+  "source": { "git": { "remote": "<this repository's git URL>", "subdir": "mixin" } },
+  "version": "main",
+  "name": "zaroz-exporter-mixin"
+}
+```
+
+and `jb install` (or copy this directory to `vendor/zaroz-exporter-mixin`). It has no
+dependencies of its own. Then, in `zaroz.jsonnet`:
 
 ```jsonnet
 local zaroz = import 'zaroz-exporter-mixin/mixin.libsonnet';
@@ -151,7 +162,8 @@ zaroz {
 }
 ```
 
-Render the alerts, the recording rules and the dashboards (jsonnet 0.20+, or go-jsonnet):
+Render the alerts, the recording rules and the dashboards (C++ jsonnet 0.18 and 0.22 are
+tested; go-jsonnet is not):
 
 ```sh
 jsonnet -J vendor -S -e \\
@@ -162,8 +174,9 @@ mkdir -p dashboards
 jsonnet -J vendor -m dashboards -e '(import "zaroz.jsonnet").grafanaDashboards'
 ```
 
-(`zaroz.jsonnet` being the file above; `promtool check rules alerts.yaml rules.yaml` checks
-the result.) From a checkout, `-J .` and `import "mixin/mixin.libsonnet"` do the same.
+`promtool check rules alerts.yaml rules.yaml` checks the result. From a checkout,
+`-J .` and `import "mixin/mixin.libsonnet"` do the same. Rules and dashboards as the mixin
+gives them for the default `_config` are also checked in: `alerts/rules/`, `dashboards/json/`.
 
 ## `_config`
 
