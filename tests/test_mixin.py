@@ -1,5 +1,6 @@
-"""The monitoring mixin (mixin/), evaluated by a real jsonnet: PyPI's `jsonnet` (0.20+), and
-the `jsonnet` command (Debian's, 0.18) for the README's commands and the number formatting.
+"""The monitoring mixin (mixin/), evaluated by real jsonnets: PyPI's `jsonnet` (C++, 0.20+) and
+`gojsonnet` (go-jsonnet), and the `jsonnet` command (Debian's C++ 0.18) for the README's
+commands.
 
 With the default `_config` it renders the checked-in rules and dashboards; with an override it
 renders what the Python generators render for the same `alerts.config.Config`; promtool accepts
@@ -9,6 +10,7 @@ what it renders; its number formatting is Python's.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import random
 import re
@@ -32,19 +34,22 @@ ROOT = Path(__file__).resolve().parent.parent
 MIXIN = ROOT / "mixin"
 
 
-def _jsonnet() -> Any:
+ENGINES = ("cpp", "go")  # the two implementations, as PyPI's bindings
+
+
+def _binding(engine: str) -> Any:
+    module, package = {"cpp": ("_jsonnet", "jsonnet"), "go": ("_gojsonnet", "gojsonnet")}[engine]
     try:
-        import _jsonnet
+        return importlib.import_module(module)
     except ImportError:
-        missing("test_mixin: PyPI jsonnet is not installed (pip install -e '.[test]')")
-    return _jsonnet
+        missing(f"test_mixin: PyPI {package} is not installed (pip install -e '.[test]')")
 
 
-def evaluate(snippet: str, jpath: list[str] | None = None, cli: bool = False) -> Any:
-    """`snippet` evaluated by the Python binding, or by the `jsonnet` command (`cli`)."""
+def evaluate(snippet: str, jpath: list[str] | None = None, engine: str = "cpp") -> Any:
+    """`snippet` evaluated by a binding (`cpp`, `go`) or by the `jsonnet` command."""
     paths = jpath or [str(ROOT)]
-    if not cli:
-        return json.loads(_jsonnet().evaluate_snippet("snippet", snippet, jpathdir=paths))
+    if engine != "command":
+        return json.loads(_binding(engine).evaluate_snippet("snippet", snippet, jpathdir=paths))
     run = subprocess.run([require("jsonnet"), *(a for p in paths for a in ("-J", p)), "-e",
                           snippet],
                          capture_output=True, text=True, timeout=300)
@@ -52,12 +57,13 @@ def evaluate(snippet: str, jpath: list[str] | None = None, cli: bool = False) ->
     return json.loads(run.stdout)
 
 
-def render_mixin(config: str | dict[str, Any] = "{}") -> dict[str, Any]:
+def render_mixin(config: str | dict[str, Any] = "{}", engine: str = "cpp") -> dict[str, Any]:
     """The mixin's three outputs with `_config+:: config` (jsonnet source or a JSON-able dict)."""
     override = config if isinstance(config, str) else json.dumps(config)
     return evaluate(
         f"local m = (import 'mixin/mixin.libsonnet') + {{ _config+:: {override} }};\n"
-        "{ alerts: m.prometheusAlerts, rules: m.prometheusRules, dashboards: m.grafanaDashboards }")
+        "{ alerts: m.prometheusAlerts, rules: m.prometheusRules, dashboards: m.grafanaDashboards }",
+        engine=engine)
 
 
 def python_outputs(config: Config) -> dict[str, Any]:
@@ -141,8 +147,9 @@ OVERRIDE_CONFIG = Config(
 )
 
 
-def test_an_override_renders_what_python_renders_for_the_same_config() -> None:
-    got = render_mixin(OVERRIDE)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_override_renders_what_python_renders_for_the_same_config(engine: str) -> None:
+    got = render_mixin(OVERRIDE, engine)
     _assert_same(got, python_outputs(OVERRIDE_CONFIG))
     text = json.dumps(got)
     for seen in ('k8s_cluster', 'job=\\"zaroz\\", namespace=\\"monitoring\\"',
@@ -151,14 +158,15 @@ def test_an_override_renders_what_python_renders_for_the_same_config() -> None:
     assert "cluster=~" not in text.replace("k8s_cluster=~", "")
 
 
-def test_the_override_with_native_histograms_and_a_threshold_off_the_buckets() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_override_with_native_histograms_and_a_threshold_off_the_buckets(engine: str) -> None:
     """Native: any SLO threshold (45 s is no bound of the readiness histogram)."""
     config = Config(**{**OVERRIDE_CONFIG.__dict__, "native_histograms": True,
                        "slos": (SLO("readiness", 0.995, 45), SLO("allocation_ack", 0.99, 1.5))})
     got = render_mixin(OVERRIDE + """ + {
       nativeHistograms: true,
       slos+: { readiness+: { threshold: 45 }, allocationAck+: { threshold: 1.5 } },
-    }""")
+    }""", engine)
     _assert_same(got, python_outputs(config))
 
 
@@ -171,18 +179,20 @@ def test_any_config_round_trips_through_to_config() -> None:
     _assert_same(got, python_outputs(config))
 
 
-def test_a_classic_slo_threshold_must_be_a_bucket_bound() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_classic_slo_threshold_must_be_a_bucket_bound(engine: str) -> None:
     with pytest.raises(ValueError, match="bucket boundary"):
         Config(slos=(SLO("readiness", 0.99, 45), SLO("allocation_ack", 0.99, 1.0)))
     with pytest.raises(RuntimeError, match="45 s is not a bucket boundary of zaroz_unit_ready"):
-        render_mixin("{ slos+: { readiness+: { threshold: 45 } } }")
+        render_mixin("{ slos+: { readiness+: { threshold: 45 } } }", engine)
 
 
-def test_a_bad_runbook_base_or_switch_is_refused() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_bad_runbook_base_or_switch_is_refused(engine: str) -> None:
     with pytest.raises(RuntimeError, match="runbook base"):
-        render_mixin("{ runbookBase: 'wiki/runbooks#x' }")
+        render_mixin("{ runbookBase: 'wiki/runbooks#x' }", engine)
     with pytest.raises(RuntimeError, match="nativeHistograms"):
-        render_mixin("{ nativeHistograms: 'yes' }")
+        render_mixin("{ nativeHistograms: 'yes' }", engine)
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
@@ -263,22 +273,22 @@ def _values() -> list[float]:
     values = [0.99, 1 - 0.99, 14.4 * (1 - 0.99) * 100, 0.125, 0.12345, 97.345, 2.675, 0.00015,
               1e-5, 0.1, 1 / 3, 9.75, 59.99995, 0.9999, 0.99995, 1.0, 300.0, 5400.0, 86461.0,
               1e16, 2.5e-7, 123456.5, 999999.5, 1.0625, 1.1875, 0.0009765625, 99995.0]
-    for _ in range(60):
+    for _ in range(100):
         values.append(rnd.choice([rnd.uniform(0, 1), rnd.uniform(0, 120), 10 ** rnd.uniform(-6, 7),
                                   round(rnd.uniform(0, 100), rnd.randint(0, 5)),
                                   rnd.randint(0, 10**6) / 8]))
     return values
 
 
-@pytest.mark.parametrize("cli", [False, True], ids=["binding", "command"])
-def test_numbers_are_written_as_python_writes_them(cli: bool) -> None:
+@pytest.mark.parametrize("engine", [*ENGINES, "command"])
+def test_numbers_are_written_as_python_writes_them(engine: str) -> None:
     """mixin/lib/format.libsonnet against the Python functions it stands for (ties, carries,
     exponents, values that are no exact decimal)."""
     values = _values()
     got = evaluate(
         f"local z = import 'mixin/lib/format.libsonnet'; local v = {json.dumps(values)};\n"
         "{ g4: [z.g(x, 4) for x in v], g6: [z.g(x, 6) for x in v],\n"
-        "  num: [z.num(x) for x in v], duration: [z.duration(x) for x in v] }", cli=cli)
+        "  num: [z.num(x) for x in v], duration: [z.duration(x) for x in v] }", engine=engine)
     want = {"g4": [f"{x:.4g}" for x in values], "g6": [f"{x:.6g}" for x in values],
             "num": [le_value(x) for x in values], "duration": [human_duration(x) for x in values]}
     for key, expected in want.items():

@@ -162,8 +162,8 @@ zaroz {
 }
 ```
 
-Render the alerts, the recording rules and the dashboards (C++ jsonnet 0.18 and 0.22 are
-tested; go-jsonnet is not):
+Render the alerts, the recording rules and the dashboards (C++ jsonnet 0.18 and 0.22 and
+go-jsonnet 0.22 are tested):
 
 ```sh
 jsonnet -J vendor -S -e \\

@@ -32,10 +32,10 @@ local pad7(d) = local s = std.toString(d); std.repeat('0', 7 - std.length(s)) + 
 
 local digitsOf(a) =
   local r = std.reverse(a);
-  std.toString(r[0]) + std.join('', [pad7(d) for d in r[1:]]);
+  std.toString(r[0]) + std.join('', [pad7(r[i]) for i in std.range(1, std.length(r) - 1)]);
 
 local stripZeros(s) =
-  if std.length(s) > 1 && s[std.length(s) - 1] == '0' then stripZeros(s[:std.length(s) - 1])
+  if std.length(s) > 1 && s[std.length(s) - 1] == '0' then stripZeros(std.substr(s, 0, std.length(s) - 1))
   else s;
 
 // x > 0 as { digits, point }: x = 0.<digits> * 10^point exactly, digits without trailing zeros.
@@ -50,21 +50,21 @@ local increment(s) =  // a decimal digit string plus one
   if s == '' then '1'
   else
     local last = s[std.length(s) - 1];
-    local head = s[:std.length(s) - 1];
+    local head = std.substr(s, 0, std.length(s) - 1);
     if last == '9' then increment(head) + '0' else head + std.char(std.codepoint(last) + 1);
 
 // At most p significant digits, rounded half-even (ties are exact: the digits are).
 local round(n, p) =
   if std.length(n.digits) <= p then n
   else
-    local head = n.digits[:p];
+    local head = std.substr(n.digits, 0, p);
     local first = n.digits[p];
     local odd = (std.codepoint(head[p - 1]) - 48) % 2 == 1;
     local up = first > '5' || (first == '5' && (std.length(n.digits) > p + 1 || odd));
     if !up then { digits: stripZeros(head), point: n.point }
     else
       local inc = increment(head);
-      if std.length(inc) > p then { digits: stripZeros(inc[:p]), point: n.point + 1 }
+      if std.length(inc) > p then { digits: stripZeros(std.substr(inc, 0, p)), point: n.point + 1 }
       else { digits: stripZeros(inc), point: n.point };
 
 local fixed(n) =
@@ -72,11 +72,11 @@ local fixed(n) =
   local p = n.point;
   if p <= 0 then '0.' + std.repeat('0', -p) + d
   else if p >= std.length(d) then d + std.repeat('0', p - std.length(d))
-  else d[:p] + '.' + d[p:];
+  else std.substr(d, 0, p) + '.' + std.substr(d, p, std.length(d) - p);
 
 local scientific(n) =
   local x = n.point - 1;
-  local mant = n.digits[0] + (if std.length(n.digits) > 1 then '.' + n.digits[1:] else '');
+  local mant = n.digits[0] + (if std.length(n.digits) > 1 then '.' + std.substr(n.digits, 1, std.length(n.digits) - 1) else '');
   local e = std.toString(if x < 0 then -x else x);  // std.abs(0) is -0
   mant + 'e' + (if x < 0 then '-' else '+') + (if std.length(e) < 2 then '0' + e else e);
 
@@ -100,12 +100,16 @@ local signed(x, f) =
     signed(x, function(n, zero)
       if zero then '0.0'
       else
-        local shortest(p) =
-          local r = round(n, p);
-          // (std.parseJson aborts on a number above the largest double)
-          if p >= 17 || (r.point <= 308 && std.parseJson(scientific(r)) == std.abs(x)) then r
-          else shortest(p + 1);
-        local r = shortest(1);
+        // (std.parseJson aborts on a number above the largest double)
+        local reads(p) = local r = round(n, p);
+                         r.point <= 308 && std.parseJson(scientific(r)) == std.abs(x);
+        // More digits are never farther from x, so the first p that reads back is found by
+        // bisection (17 always does).
+        local shortest(lo, hi) =
+          if lo == hi then lo
+          else local mid = std.floor((lo + hi) / 2);
+               if reads(mid) then shortest(lo, mid) else shortest(mid + 1, hi);
+        local r = round(n, shortest(1, 17));
         local e = r.point - 1;
         if -4 <= e && e < 16 then
           local f = fixed(r);
