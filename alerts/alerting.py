@@ -38,7 +38,7 @@ class Alert:
     def __post_init__(self) -> None:
         if not self.name.startswith(PREFIX):
             raise ValueError(f"alert {self.name} lacks the {PREFIX} prefix")
-        if self.severity not in SEVERITIES and not isinstance(self.severity, Sym):
+        if not isinstance(self.severity, Sym) and self.severity not in SEVERITIES:
             raise ValueError(f"alert {self.name}: severity {self.severity}")
         if not self.next_step:
             raise ValueError(f"alert {self.name}: no next step for the on-call engineer")

@@ -91,7 +91,8 @@ DEFAULT_BURN_RATES = (
 class Config:
     """Thresholds of the generated rules. Durations are seconds unless named `*_for`."""
 
-    # Selector of the exporter's scrape job, used by the absence alert and to scope `up`.
+    # Selector of the exporter's scrape job: the absence and shard alerts read `up` and the
+    # shard gauges through it, the exporter health dashboard its targets' scrape_* series.
     job_selector: str = 'job="zaroz-exporter"'
     # The label telling clusters apart (kubernetes-mixin's clusterLabel): every rule keeps it
     # in its aggregations, so one set of rules never merges two clusters' series.

@@ -97,7 +97,7 @@ def slo_error_ratio_name(slo: str, window: str) -> str:
     """
     if slo not in SLO_HISTOGRAMS:
         raise KeyError(f"unknown SLO {slo}; have {sorted(SLO_HISTOGRAMS)}")
-    if window not in SLO_WINDOWS and not isinstance(window, Sym):
+    if not isinstance(window, Sym) and window not in SLO_WINDOWS:
         raise KeyError(f"no SLO window {window}; have {SLO_WINDOWS}")
     return f"workload:{SLO_HISTOGRAMS[slo]}:slo_error_ratio_rate{window}"
 

@@ -61,6 +61,16 @@ class Sym:
     def __repr__(self) -> str:
         return f"Sym({self.code!r})"
 
+    # Only jsonnet knows the value: a builder that tests or compares one must say so (an
+    # `isinstance(x, Sym)` branch), instead of silently taking one side.
+    def __bool__(self) -> bool:
+        raise TypeError(f"the truth of {self.code} is known in jsonnet only")
+
+    def __eq__(self, other: object) -> bool:
+        raise TypeError(f"{self.code} compared with {other!r}: known in jsonnet only")
+
+    __hash__ = object.__hash__
+
     def __str__(self) -> str:
         return _token(Expr(self.code, self.loop))
 

@@ -188,6 +188,11 @@ bound of its histogram (the mixin refuses another, as `python -m alerts` does); 
 their native variants. Objects merge (`slos+: { readiness+: { threshold: 120 } }` changes one
 threshold); `burnRates` is a list, given whole.
 
+Each key is a field of `alerts.config.Config` in camelCase, except `exporterSelector`
+(`job_selector`), `slos.allocationAck` (`SLO("allocation_ack", ...)`) and `burnRates[].for`
+(`BurnRate.for_`). In Python, `alerts.render.rule_files(config)` and
+`dashboards.generate(config)` give what the mixin renders for the same `_config`.
+
 | key | default | what it is (alerts/config.py) |
 | --- | --- | --- |
 {keys}
