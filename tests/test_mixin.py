@@ -10,6 +10,7 @@ what it renders; its number formatting is Python's.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import json
 import random
@@ -25,7 +26,7 @@ import dashboards
 from alerts import render
 from alerts.alerting import human_duration
 from alerts.config import DEFAULT_CONFIG, NATIVE_CONFIG, SLO, BurnRate, Config
-from alerts.recording import le_value
+from alerts.recording import SLO_HISTOGRAMS, SLO_WINDOWS, le_value
 from alerts.template import to_config
 from tests.components import missing, require
 from tools import mixin as mixingen
@@ -180,6 +181,52 @@ def test_any_config_round_trips_through_to_config() -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def _random_config(rnd: random.Random) -> Config:
+    """Every field drawn: numbers of any size and precision, durations, labels, selectors."""
+    from exporter import catalog
+
+    native = rnd.random() < 0.5
+
+    def number() -> float:
+        return rnd.choice([round(rnd.uniform(0, 10), rnd.randint(0, 6)), rnd.uniform(0, 1),
+                           float(rnd.randint(1, 10**6)), 10 ** rnd.uniform(-4, 6)]) or 1.0
+
+    def duration() -> str:
+        return rnd.choice(["0m", "0s", ""] + [f"{rnd.randint(1, 90)}{u}" for u in "smhd"])
+
+    def threshold(key: str) -> float:
+        buckets = catalog.get(SLO_HISTOGRAMS[key]).buckets
+        return number() if native else float(rnd.choice(buckets))
+
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(Config):
+        if f.name.endswith("_for"):
+            values[f.name] = duration()
+        elif f.type == "float":
+            values[f.name] = number()
+    values["events_missing_window"] = values["tail_stalled_window"] = f"{rnd.randint(1, 59)}m"
+    values.update(
+        job_selector=rnd.choice(['job="zaroz"', 'job=~"zaroz-.*", namespace!="test"']),
+        cluster_label=rnd.choice(["cluster", "k8s_cluster_name", "region"]),
+        runbook_base=rnd.choice(["https://wiki.example.com/zaroz/", "http://runbooks.local/z?a=1"]),
+        native_histograms=native,
+        slos=tuple(SLO(k, round(rnd.uniform(0.9, 0.999), rnd.randint(3, 6)), threshold(k))
+                   for k in SLO_HISTOGRAMS),
+        burn_rates=tuple(
+            BurnRate(rnd.choice(SLO_WINDOWS), rnd.choice(SLO_WINDOWS), number(), duration(),
+                     rnd.choice(["critical", "warning", "info"]))
+            for _ in range(rnd.randint(0, 5))),
+    )
+    return Config(**values)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_configs_render_as_python_renders_them(seed: int) -> None:
+    """Configurations nobody wrote by hand, through the go-jsonnet binding (the faster one)."""
+    config = _random_config(random.Random(seed))
+    _assert_same(render_mixin(to_config(config), "go"), python_outputs(config))
+
+
 def test_a_classic_slo_threshold_must_be_a_bucket_bound(engine: str) -> None:
     with pytest.raises(ValueError, match="bucket boundary"):
         Config(slos=(SLO("readiness", 0.99, 45), SLO("allocation_ack", 0.99, 1.0)))
@@ -271,7 +318,7 @@ def test_the_generated_files_are_current() -> None:
 def _values() -> list[float]:
     rnd = random.Random(25)
     values = [0.99, 1 - 0.99, 14.4 * (1 - 0.99) * 100, 0.125, 0.12345, 97.345, 2.675, 0.00015,
-              1e-5, 0.1, 1 / 3, 9.75, 59.99995, 0.9999, 0.99995, 1.0, 300.0, 5400.0, 86461.0,
+              1e-5, 0.1, 1 / 3, 9.75, 59.99995, 60.0, 0.9999, 0.99995, 1.0, 300.0, 5400.0, 86461.0,
               1e16, 2.5e-7, 123456.5, 999999.5, 1.0625, 1.1875, 0.0009765625, 99995.0]
     for _ in range(100):
         values.append(rnd.choice([rnd.uniform(0, 1), rnd.uniform(0, 120), 10 ** rnd.uniform(-6, 7),
