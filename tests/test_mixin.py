@@ -180,7 +180,6 @@ def test_any_config_round_trips_through_to_config() -> None:
     _assert_same(got, python_outputs(config))
 
 
-@pytest.mark.parametrize("engine", ENGINES)
 def _random_config(rnd: random.Random) -> Config:
     """Every field drawn: numbers of any size and precision, durations, labels, selectors."""
     from exporter import catalog
@@ -227,6 +226,7 @@ def test_random_configs_render_as_python_renders_them(seed: int) -> None:
     _assert_same(render_mixin(to_config(config), "go"), python_outputs(config))
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_classic_slo_threshold_must_be_a_bucket_bound(engine: str) -> None:
     with pytest.raises(ValueError, match="bucket boundary"):
         Config(slos=(SLO("readiness", 0.99, 45), SLO("allocation_ack", 0.99, 1.0)))
