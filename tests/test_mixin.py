@@ -16,6 +16,7 @@ import json
 import random
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,20 @@ def test_any_config_round_trips_through_to_config() -> None:
     got = render_mixin(to_config(config))
     assert "zaroz-slo" not in [g["name"] for g in got["alerts"]["groups"]]
     _assert_same(got, python_outputs(config))
+
+
+def test_python_m_alerts_output_equals_the_mixin_with_the_same_flags(tmp_path: Path) -> None:
+    """`python -m alerts --output` (what an installation without jsonnet runs) and the mixin
+    with the same runbook base and histogram kind write the same rules."""
+    base = "https://runbooks.example.org/zaroz/"
+    run = subprocess.run([sys.executable, "-m", "alerts", "--output", str(tmp_path),
+                          "--runbook-base", base, "--native-histograms"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = render_mixin({"runbookBase": base, "nativeHistograms": True})
+    assert got["alerts"] == yaml.safe_load((tmp_path / "alerts.yaml").read_text())
+    assert got["rules"] == yaml.safe_load((tmp_path / "recording.yaml").read_text())
+    assert base + "#zarozexporterabsent" in json.dumps(got["alerts"])
 
 
 def _random_config(rnd: random.Random) -> Config:
