@@ -89,7 +89,8 @@ def test_needs_a_tool():
 def test_a_skip_for_a_missing_component_names_the_test_and_points_at_it(pytester, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
     pytester.makepyfile(test_tool=SKIPPING)
-    result = pytester.runpytest_inprocess("-ra", "-p", "no:cacheprovider", "-p", "no:asyncio")
+    result = pytester.runpytest_inprocess("-ra", "-p", "no:cacheprovider", "-p", "no:asyncio",
+                                         "-p", "no:cloudcoil")
     result.assert_outcomes(skipped=1)
     line = next(x for x in result.outlines if x.startswith("SKIPPED"))
     assert "components.py" not in line
@@ -100,7 +101,8 @@ def test_a_skip_for_a_missing_component_names_the_test_and_points_at_it(pytester
 def test_under_ci_a_missing_component_fails_naming_the_test(pytester, monkeypatch):
     monkeypatch.setenv("CI", "true")
     pytester.makepyfile(test_tool=SKIPPING)
-    result = pytester.runpytest_inprocess("-ra", "-p", "no:cacheprovider", "-p", "no:asyncio")
+    result = pytester.runpytest_inprocess("-ra", "-p", "no:cacheprovider", "-p", "no:asyncio",
+                                         "-p", "no:cloudcoil")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["FAILED test_tool.py::test_needs_a_tool - Failed: "
                                  "test_tool.py::test_needs_a_tool: no-such-tool-for-zaroz*"])
