@@ -85,7 +85,7 @@ async def _route_main(conn: Connection, workloads: int, units: int, rate: float,
             conn.send("ok")
         elif cmd == "stats":
             conn.send({"emitted": live.emitted, "tracked": live.units_tracked(),
-                       "requests": sum(server.requests.values())})
+                       "requests": sum(server.requests.values()), "cpu": time.process_time()})
         elif cmd == "stop":
             done.set()
 
@@ -362,7 +362,9 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
             await asyncio.sleep(args.warmup)
             before = {n: (await get_text(session, e.url + "/metrics"), proc_io(e.pid),
                           time.perf_counter()) for n, e in exporters.items()}
-            emitted0 = (await route.ask("stats"))["emitted"]
+            stats0 = await route.ask("stats")
+            emitted0 = stats0["emitted"]
+            t_stream = time.perf_counter()
             tasks = []
             for name, exp in exporters.items():
                 f = figs[name]
@@ -372,6 +374,7 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                                     f.errors))
             await asyncio.gather(*tasks)
             stats = await route.ask("stats")
+            streamed_s = time.perf_counter() - t_stream
             for name, exp in exporters.items():
                 f = figs[name]
                 text = await get_text(session, exp.url + "/metrics")
@@ -390,9 +393,12 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                 f.state_dir_bytes = dir_bytes(exp.state_dir)
                 f.rss_kib = proc_status_kib("VmRSS", exp.pid)
                 f.hwm_kib = proc_status_kib("VmHWM", exp.pid)
-            rate = (stats["emitted"] - emitted0) / (args.seconds + 1e-9)
-            print(f"window: {stats['emitted'] - emitted0:,} events streamed "
-                  f"(~{rate:,.0f}/s), {stats['tracked']:,} units live", flush=True)
+            rate = (stats["emitted"] - emitted0) / streamed_s
+            print(f"window: {stats['emitted'] - emitted0:,} events streamed in "
+                  f"{streamed_s:.1f} s (~{rate:,.0f}/s), {stats['tracked']:,} units live; the "
+                  f"route answered {(stats['requests'] - stats0['requests']) / streamed_s:,.0f} "
+                  f"requests/s on {(stats['cpu'] - stats0['cpu']) / streamed_s:.0%} of a core",
+                  flush=True)
             # restarts, the stream still running
             plan = [("with --state-dir", "SIGTERM", signal.SIGTERM),
                     ("with --state-dir", "SIGKILL", signal.SIGKILL),
@@ -424,7 +430,7 @@ def report(workloads: int, units: int, figs: dict[str, Figures]) -> None:
     row("scrapes (errors)", lambda f: f"{len(f.scrapes)} ({len(f.errors)})")
     row("scrape median / max", lambda f: f"{_ms(statistics.median(f.scrapes))} / "
         f"{_ms(max(f.scrapes))}" if f.scrapes else "-")
-    row("/healthz worst (p99)", lambda f: f"{_ms(max(f.healthz))} "
+    row("/healthz probes, worst (p99)", lambda f: f"{len(f.healthz)}, {_ms(max(f.healthz))} "
         f"({_ms(sorted(f.healthz)[int(len(f.healthz) * 0.99)])})" if f.healthz else "-")
     row("checkpoint writes / min", lambda f: "-" if f.saves_per_min is None
         else f"{f.saves_per_min:,.1f}")
