@@ -4,10 +4,6 @@ native observation, and the protobuf output still carries them."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import orjson
 import pytest
 
@@ -17,19 +13,18 @@ from tests import pbdecode
 from tests.simlogs import finite_logs
 
 LOGS, _ = finite_logs(seed=7, workloads=2, seconds=240)
+
 HISTOGRAMS = ("zaroz_unit_ready_seconds", "zaroz_unit_allocation_ack_seconds",
               "zaroz_unit_drain_seconds")
 
 
 @pytest.fixture(scope="module")
-def files() -> Iterator[list[str]]:
-    with tempfile.TemporaryDirectory(prefix="zaroz-replay-lazy-") as tmp:
-        out = []
-        for wl, evs in LOGS.items():
-            p = Path(tmp) / f"{wl}.jsonl"
-            p.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in evs))
-            out.append(str(p))
-        yield out
+def files(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The simulator's logs, a JSONL file per workload."""
+    d = tmp_path_factory.mktemp("logs")
+    for wl, evs in LOGS.items():
+        (d / f"{wl}.jsonl").write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in evs))
+    return sorted(str(p) for p in d.iterdir())
 
 
 @pytest.fixture
