@@ -80,7 +80,11 @@ async def _route_main(conn: Connection, workloads: int, units: int, rate: float,
             await asyncio.sleep(interval)
 
     def on_command() -> None:
-        cmd = conn.recv()
+        try:
+            cmd = conn.recv()
+        except (EOFError, OSError):  # the bench is gone: stop too
+            done.set()
+            return
         if cmd == "live" and not feeding:
             feeding.append(asyncio.get_running_loop().create_task(feed()))
             conn.send("ok")
@@ -135,6 +139,17 @@ class Route:
 # -- the exporters ---------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the bench dies (Linux prctl PR_SET_PDEATHSIG),
+    so no exporter outlives an interrupted run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -166,7 +181,8 @@ class Exporter:
         with open(self.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", MAIN, *args, cwd=ROOT, env=child_env(),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log)
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log,
+                preexec_fn=_die_with_parent)
 
     @property
     def pid(self) -> int:
