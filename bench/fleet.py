@@ -266,6 +266,16 @@ async def wait_ready(session: aiohttp.ClientSession, exp: Exporter, units: int,
     raise RuntimeError(f"{exp.name} not ready with {units} units after {timeout:.0f} s")
 
 
+async def metrics_text(session: aiohttp.ClientSession, exp: Exporter) -> str:
+    """A scrape for the figures; "" when refused (an exporter refuses a scrape when its
+    checkpoint fails), said once on stderr."""
+    try:
+        return await get_text(session, exp.url + "/metrics")
+    except (aiohttp.ClientError, TimeoutError) as e:
+        print(f"{exp.name}: /metrics for the figures failed: {e}", file=sys.stderr)
+        return ""
+
+
 def proc_io(pid: int) -> dict[str, int]:
     try:
         with open(f"/proc/{pid}/io") as f:
@@ -387,7 +397,7 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                                                zip(exporters, syncs, strict=True)), flush=True)
             await route.ask("live")
             await asyncio.sleep(args.warmup)
-            before = {n: (await get_text(session, e.url + "/metrics"), proc_io(e.pid),
+            before = {n: (await metrics_text(session, e), proc_io(e.pid),
                           time.perf_counter()) for n, e in exporters.items()}
             stats0 = await route.ask("stats")
             emitted0 = stats0["emitted"]
@@ -404,7 +414,7 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
             streamed_s = time.perf_counter() - t_stream
             for name, exp in exporters.items():
                 f = figs[name]
-                text = await get_text(session, exp.url + "/metrics")
+                text = await metrics_text(session, exp)
                 text0, io0, t0 = before[name]
                 minutes = (time.perf_counter() - t0) / 60
                 io1 = proc_io(exp.pid)
