@@ -9,34 +9,17 @@ than the history is a 200 stream with one ERROR 410 event; the stream ends after
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+import random
+from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 from aiohttp import web
 
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind
+from zaroz_sim.kube.params import bad_request, bool_param, int_param
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
-from zaroz_sim.kube.store import API_VERSION, KIND, Event, KubeError, Obj, too_old
-
-if TYPE_CHECKING:
-    from zaroz_sim.kube.emulator import KubeEmulator
-
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-
-
-def bad_request(message: str) -> KubeError:
-    return KubeError(400, "BadRequest", message)
-
-
-def int_param(query: Mapping[str, str], name: str) -> int | None:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return None
-    if not re.fullmatch(r"-?[0-9]+", raw):
-        raise bad_request(f"{name}: invalid value {raw!r}: must be an integer")
-    return int(raw)
+from zaroz_sim.kube.store import API_VERSION, KIND, Event, KubeError, Obj, ObjectStore, too_old
 
 
 def close_transport(request: web.Request) -> None:
@@ -100,6 +83,18 @@ class _Stream:
             raise _Closed from None
 
 
+class WatchHost(Protocol):
+    """What a watch needs of the server it runs in (the emulator), without importing it."""
+
+    store: ObjectStore
+    watches: set[asyncio.Queue[Event | None]]
+    rng: random.Random
+    watch_timeout_s: tuple[float, float]
+    bookmark_interval_s: float
+
+    async def wait_for_rv(self, rv: int) -> None: ...
+
+
 def _bookmark(rv: int) -> Obj:
     return {"kind": KIND, "apiVersion": API_VERSION, "metadata": {"resourceVersion": str(rv)}}
 
@@ -131,7 +126,7 @@ def _projector(
 
 
 async def serve_watch(
-    emu: KubeEmulator,
+    emu: WatchHost,
     request: web.Request,
     ns: str | None,
     name: str | None,
@@ -146,7 +141,7 @@ async def serve_watch(
     except SelectorError as exc:
         raise bad_request(str(exc)) from None
     timeout = int_param(query, "timeoutSeconds")
-    bookmarks = query.get("allowWatchBookmarks", "") in _TRUE
+    bookmarks = bool_param(query, "allowWatchBookmarks") is True
     rv_text = query.get("resourceVersion", "")
     since = None if rv_text in ("", "0") else int_param(query, "resourceVersion")
     if since is not None:
