@@ -27,7 +27,7 @@ import yaml
 from aiohttp import web
 
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
-from zaroz_sim.kube.params import bad_request, bool_param, int_param
+from zaroz_sim.kube.params import bad_request, bool_param, check_list_options, int_param
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
 from zaroz_sim.kube.store import (
     API_VERSION,
@@ -360,6 +360,8 @@ class KubeEmulator:
             if kind in _WRITES:
                 assert ns is not None
                 return await self._write_request(request, kind, ns, name, sub)
+            if kind in ("list", "watch"):
+                check_list_options(request.query, watch=kind == "watch")
             fault = self.faults.take(kind, has_continue=bool(request.query.get("continue")))
             if fault is not None:
                 if fault.kind is KubeFaultKind.STATUS:
@@ -499,14 +501,6 @@ class KubeEmulator:
         token = query.get("continue", "")
         rv_text = query.get("resourceVersion", "")
         match = query.get("resourceVersionMatch", "")
-        if match and match not in ("Exact", "NotOlderThan"):
-            raise bad_request(f'resourceVersionMatch: Unsupported value: "{match}"')
-        if match and not rv_text:
-            raise bad_request(
-                "resourceVersionMatch is forbidden unless resourceVersion is provided"
-            )
-        if match == "Exact" and rv_text == "0":
-            raise bad_request('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
         prefix = "" if ns is None else f"{ns}/"
         start = ""
         if token:

@@ -256,6 +256,6 @@ def invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> KubeE
     """422 Invalid, worded as apierrors.NewInvalid does (kubectl prints its message)."""
     texts = [str(e) for e in errors]
     listed = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    details = {"name": name, "group": group, "kind": kind,
+    details = ({"name": name} if name else {}) | {"group": group, "kind": kind,
                "causes": [e.cause() for e in errors]}  # fmt: skip
     return KubeError(422, "Invalid", f'{kind}.{group} "{name}" is invalid: {listed}', details)

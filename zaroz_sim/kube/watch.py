@@ -95,8 +95,15 @@ class WatchHost(Protocol):
     async def wait_for_rv(self, rv: int) -> None: ...
 
 
-def _bookmark(rv: int) -> Obj:
-    return {"kind": KIND, "apiVersion": API_VERSION, "metadata": {"resourceVersion": str(rv)}}
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def _bookmark(rv: int, *, initial_events_end: bool = False) -> Obj:
+    """A BOOKMARK's object: only the resourceVersion (and the end-of-initial-events mark)."""
+    meta: Obj = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    return {"kind": KIND, "apiVersion": API_VERSION, "metadata": meta}
 
 
 def _projector(
@@ -146,6 +153,11 @@ async def serve_watch(
     since = None if rv_text in ("", "0") else int_param(query, "resourceVersion")
     if since is not None:
         await emu.wait_for_rv(since)
+    # sendInitialEvents (the streaming list; resourceVersionMatch=NotOlderThan, checked before):
+    # true sends the current state (at least as new as `since`) as ADDED events, then a BOOKMARK
+    # marked initial-events-end (if bookmarks are allowed); false sends no state at all.
+    send_initial = bool_param(query, "sendInitialEvents")
+    resume = since is not None and send_initial is not True  # from `since`, out of the history
 
     def matches(obj: Obj) -> bool:
         meta = obj["metadata"]
@@ -156,8 +168,10 @@ async def serve_watch(
     error: KubeError | None = None
     if fault is not None and fault.kind is KubeFaultKind.EXPIRE_WATCH:
         error = too_old(since if since is not None else store.rv, store.rv)
-    elif since is not None and since < store.floor:
-        error = too_old(since, store.floor + 1)
+    elif resume and since is not None:
+        store.expire()
+        if since < store.floor:
+            error = too_old(since, store.floor + 1)
 
     # Register and read the starting point with no await in between: no gap, no duplicate.
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -166,10 +180,13 @@ async def serve_watch(
     if error is None:
         store.listeners.add(queue.put_nowait)
         emu.watches.add(queue)
-        if since is None:
+        if send_initial is False and since is None:
+            pass  # from now on, no state
+        elif not resume:
             initial = [(store.rv, ("ADDED", store.raw[key])) for key, obj in store.items()
                        if matches(obj)]  # fmt: skip
         else:
+            assert since is not None
             initial = [(ev.rv, project(ev)) for ev in store.events_since(since)]
             seen = since
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -192,6 +209,9 @@ async def serve_watch(
             if shown is not None:
                 await stream.send(*shown)
             seen = max(seen, rv)
+        if send_initial is True and bookmarks:
+            await stream.send("BOOKMARK", _bookmark(seen, initial_events_end=True))
+            next_bookmark = loop.time() + emu.bookmark_interval_s
         while (now := loop.time()) < deadline:
             if bookmarks and now >= next_bookmark:
                 await stream.send("BOOKMARK", _bookmark(seen))
