@@ -65,18 +65,38 @@ def too_old(rv: int, oldest: int) -> KubeError:
     return KubeError(410, "Expired", f"too old resource version: {rv} ({oldest})")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
-    """One write. `obj` is the object after it (DELETED: the last state, at the delete's rv)."""
+    """One write, as bytes: `raw` is the object after it (DELETED: the last state, at the
+    delete's rv), `prev_raw` the one before (None for ADDED), the same bytes objects the store
+    and the neighbouring events hold. `meta` and `prev_meta` (name, namespace, labels) are what
+    a watcher's selectors read; `obj` and `prev` decode on demand. Minutes of history at the
+    demo's write rate are tens of thousands of events: keeping a dict per version would cost
+    several times the bytes."""
 
     rv: int
     type: str  # ADDED | MODIFIED | DELETED
     key: str  # "namespace/name", the etcd key order lists use
-    obj: Obj
-    prev: Obj | None  # the object before (None for ADDED)
-    raw: bytes  # `obj` serialised
-    prev_raw: bytes | None  # `prev` serialised
+    raw: bytes
+    prev_raw: bytes | None
+    meta: Obj
+    prev_meta: Obj | None
     at: float = 0.0  # when it was written, on the store's history clock (monotonic seconds)
+
+    @property
+    def obj(self) -> Obj:
+        return _obj(self.raw)
+
+    @property
+    def prev(self) -> Obj | None:
+        return None if self.prev_raw is None else _obj(self.prev_raw)
+
+
+def selectable(obj: Obj) -> Obj:
+    """What selectors read of an object (labels and fields), without the rest of it."""
+    meta = obj["metadata"]
+    return {"metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "labels": meta.get("labels", {})}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -326,8 +346,8 @@ class ObjectStore:
         objects: dict[str, Obj] = {}
         raw: dict[str, bytes] = {}
         for key, event in undone.items():
-            if event.prev is not None and event.prev_raw is not None:
-                objects[key], raw[key] = event.prev, event.prev_raw
+            if event.prev_raw is not None:
+                objects[key], raw[key] = _obj(event.prev_raw), event.prev_raw
         keys = self.current().keys
         if any(event.type != "MODIFIED" for event in undone.values()):  # created or deleted
             keys = sorted((self.objects.keys() - undone.keys()) | objects.keys())
@@ -382,7 +402,8 @@ class ObjectStore:
             self.objects[key], self.raw[key] = obj, raw
         if type_ != "MODIFIED":
             self._keys = None
-        event = Event(self.rv, type_, key, obj, prev, raw, prev_raw, self.history_clock())
+        event = Event(self.rv, type_, key, raw, prev_raw, selectable(obj),
+                      None if prev is None else selectable(prev), self.history_clock())
         self.history.append(event)
         self.expire()
         for listener in list(self.listeners):

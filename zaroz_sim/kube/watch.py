@@ -121,8 +121,8 @@ def _projector(
     """How the watch cache shows one event to a filtered watcher (None: not at all)."""
 
     def project(event: Event) -> tuple[str, Obj | bytes] | None:
-        now = matches(event.obj)
-        before = event.prev is not None and matches(event.prev)
+        now = matches(event.meta)
+        before = event.prev_meta is not None and matches(event.prev_meta)
         if event.type == "ADDED":
             return ("ADDED", event.raw) if now else None
         if event.type == "DELETED":
@@ -132,9 +132,9 @@ def _projector(
         if now:
             return "ADDED", event.raw
         if before:
-            assert event.prev is not None
-            gone = event.prev | {"metadata": event.prev["metadata"] | {
-                "resourceVersion": str(event.rv)}}  # fmt: skip
+            prev = event.prev
+            assert prev is not None
+            gone = prev | {"metadata": prev["metadata"] | {"resourceVersion": str(event.rv)}}
             return "DELETED", gone
         return None
 
