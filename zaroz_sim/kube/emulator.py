@@ -356,12 +356,9 @@ class KubeEmulator:
         if meta is not None:
             return await self._handle_meta(request, meta)
         kind, ns, name, sub = self._classify(request)
-        self.requests[kind] += 1
-        self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
-        if self.token is not None and request.headers.get("Authorization") != (
-            f"Bearer {self.token}"
-        ):
-            return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        refused = self._admit(request, kind)
+        if refused is not None:
+            return refused
         try:
             if kind == "other" or not self.crd_installed:
                 raise KubeError(404, "NotFound", "the server could not find the requested resource")
@@ -474,13 +471,20 @@ class KubeEmulator:
             return "discovery"
         return None
 
-    async def _handle_meta(self, request: web.Request, kind: str) -> web.StreamResponse:
+    def _admit(self, request: web.Request, kind: str) -> web.Response | None:
+        """Count and log the request; a 401 when a token is set and not the one sent."""
         self.requests[kind] += 1
         self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
         if self.token is not None and request.headers.get("Authorization") != (
             f"Bearer {self.token}"
         ):
             return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        return None
+
+    async def _handle_meta(self, request: web.Request, kind: str) -> web.StreamResponse:
+        refused = self._admit(request, kind)
+        if refused is not None:
+            return refused
         try:
             if request.method != "GET":
                 raise KubeError(405, "MethodNotAllowed",
