@@ -69,18 +69,18 @@ def too_old(rv: int, oldest: int) -> KubeError:
 class Event:
     """One write, as bytes: `raw` is the object after it (DELETED: the last state, at the
     delete's rv), `prev_raw` the one before (None for ADDED), the same bytes objects the store
-    and the neighbouring events hold. `meta` and `prev_meta` (name, namespace, labels) are what
-    a watcher's selectors read; `obj` and `prev` decode on demand. Minutes of history at the
-    demo's write rate are tens of thousands of events: keeping a dict per version would cost
-    several times the bytes."""
+    and the neighbouring events hold. `labels` and `prev_labels` (the objects' own label maps,
+    shared) and the key are what a watcher's selectors read; `obj` and `prev` decode on demand.
+    Minutes of history at the demo's write rate are tens of thousands of events: keeping a dict
+    per version would cost several times the bytes."""
 
     rv: int
     type: str  # ADDED | MODIFIED | DELETED
     key: str  # "namespace/name", the etcd key order lists use
     raw: bytes
     prev_raw: bytes | None
-    meta: Obj
-    prev_meta: Obj | None
+    labels: Mapping[str, str]
+    prev_labels: Mapping[str, str] | None
     at: float = 0.0  # when it was written, on the store's history clock (monotonic seconds)
 
     @property
@@ -92,11 +92,7 @@ class Event:
         return None if self.prev_raw is None else _obj(self.prev_raw)
 
 
-def selectable(obj: Obj) -> Obj:
-    """What selectors read of an object (labels and fields), without the rest of it."""
-    meta = obj["metadata"]
-    return {"metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                         "labels": meta.get("labels", {})}}  # fmt: skip
+_NO_LABELS: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -402,8 +398,10 @@ class ObjectStore:
             self.objects[key], self.raw[key] = obj, raw
         if type_ != "MODIFIED":
             self._keys = None
-        event = Event(self.rv, type_, key, raw, prev_raw, selectable(obj),
-                      None if prev is None else selectable(prev), self.history_clock())
+        labels = obj["metadata"].get("labels") or _NO_LABELS
+        prev_labels = None if prev is None else prev["metadata"].get("labels") or _NO_LABELS
+        event = Event(self.rv, type_, key, raw, prev_raw, labels, prev_labels,
+                      self.history_clock())  # fmt: skip
         self.history.append(event)
         self.expire()
         for listener in list(self.listeners):
