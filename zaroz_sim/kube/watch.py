@@ -170,7 +170,11 @@ async def serve_watch(
     send_initial = bool_param(query, "sendInitialEvents")
     resume = since is not None and send_initial is not True  # from `since`, out of the history
 
+    by_key = ns is not None or name is not None or bool(query.get("fieldSelector", "").strip())
+
     def matches(key: str, obj_labels: Mapping[str, str]) -> bool:
+        if not by_key:
+            return labels(obj_labels)
         obj_ns, obj_name = key.split("/", 1)
         return ((ns is None or obj_ns == ns) and (name is None or obj_name == name)
                 and labels(obj_labels) and fields(
