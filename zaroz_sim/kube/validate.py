@@ -86,16 +86,20 @@ class FieldError:
         return f"{self.field}: {self.body()}"
 
 
+class GoLiteral(str):
+    """A bad value printed as it is (Go's %#v of a non-string, e.g. `0x0`)."""
+
+
 def _go_value(value: Any) -> str:
     """How field.Error prints a bad value: strings quoted, numbers and booleans bare."""
+    if isinstance(value, GoLiteral):
+        return str(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, str):
-        return orjson.dumps(value).decode()
     return orjson.dumps(value).decode()
 
 

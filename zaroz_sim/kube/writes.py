@@ -25,6 +25,7 @@ import jsonpatch
 import orjson
 import yaml
 
+from zaroz_sim.kube.params import bad_request
 from zaroz_sim.kube.select import merge_patch
 from zaroz_sim.kube.store import (
     API_VERSION,
@@ -37,7 +38,7 @@ from zaroz_sim.kube.store import (
     ObjectStore,
     not_found,
 )
-from zaroz_sim.kube.validate import StructuralSchema, invalid
+from zaroz_sim.kube.validate import FieldError, GoLiteral, StructuralSchema, invalid
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -59,10 +60,6 @@ class WriteOptions:
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)  # filled in: what the answer warns of
     created: bool = False  # filled in: the write created the object (an apply can)
-
-
-def bad_request(message: str) -> KubeError:
-    return KubeError(400, "BadRequest", message)
 
 
 def conflict(name: str) -> KubeError:
@@ -118,13 +115,9 @@ class Writer:
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if not rv:
-            err = invalid(KIND, GROUP, name, [])
-            message = (f'{KIND}.{GROUP} "{name}" is invalid: metadata.resourceVersion: Invalid '
-                       "value: 0x0: must be specified for an update")
-            details = (err.details or {}) | {"causes": [{
-                "reason": "FieldValueInvalid", "field": "metadata.resourceVersion",
-                "message": "Invalid value: 0x0: must be specified for an update"}]}  # fmt: skip
-            raise KubeError(422, "Invalid", message, details)
+            raise invalid(KIND, GROUP, name, [FieldError(
+                "FieldValueInvalid", "metadata.resourceVersion", "must be specified for an update",
+                GoLiteral("0x0"))])  # fmt: skip
         return self._update(namespace, name, obj, subresource, options or WriteOptions())
 
     def patch(
