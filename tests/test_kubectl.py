@@ -208,3 +208,16 @@ async def test_the_crd_shows_and_goes(emu: KubeEmulator, kubectl: Kubectl) -> No
     assert out.strip() == ""
     code, _, err = await kubectl.run("get", "unitsignals", check=False, cache="fresh")
     assert code != 0 and 'the server doesn\'t have a resource type "unitsignals"' in err
+
+
+async def test_get_namespaces_shows_where_the_units_are(
+    emu: KubeEmulator, kubectl: Kubectl
+) -> None:
+    _, out, _ = await kubectl.run("get", "namespaces", "--no-headers")
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["default", "Active"], ["team-0", "Active"], ["team-1", "Active"]]
+    emu.create("team-new", "x", spec(99))
+    _, out, _ = await kubectl.run("get", "ns", "team-new", "-o", "name")
+    assert out.strip() == "namespace/team-new"
+    code, _, err = await kubectl.run("get", "ns", "nowhere", check=False)
+    assert code != 0 and 'namespaces "nowhere" not found' in err

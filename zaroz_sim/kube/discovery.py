@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from zaroz_sim.kube import openapi
+from zaroz_sim.kube.namespaces import RESOURCE as NAMESPACES
 from zaroz_sim.kube.store import KubeError, Obj
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -80,14 +81,14 @@ def _resources(crd: Mapping[str, Any] | None) -> dict[tuple[str, str], list[Obj]
 
 
 def api_versions(address: str) -> Obj:
-    """/api: the core group's versions (served empty here: no built-in resources)."""
+    """/api: the core group's versions (v1 serves namespaces only, read only)."""
     return {"kind": "APIVersions", "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
                                             "serverAddress": address}]}  # fmt: skip
 
 
 def core_resources() -> Obj:
-    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": []}
+    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": [NAMESPACES]}
 
 
 def _group(group: str, versions: list[str]) -> Obj:
@@ -124,8 +125,9 @@ def aggregated(crd: Mapping[str, Any] | None, *, core: bool, media: str = AGGREG
     api_version = "apidiscovery.k8s.io/" + ("v2beta1" if "v2beta1" in media else "v2")
     items: list[Obj] = []
     if core:
-        items.append({"metadata": {"creationTimestamp": None},
-                      "versions": [{"version": "v1", "resources": [], "freshness": "Current"}]})
+        resources = [_aggregated_resource("", "v1", [NAMESPACES])]
+        items.append({"metadata": {"creationTimestamp": None}, "versions": [
+            {"version": "v1", "resources": resources, "freshness": "Current"}]})
     else:
         by_group: dict[str, list[Obj]] = {}
         for (group, version), entries in _resources(crd).items():

@@ -23,7 +23,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from zaroz_sim.kube import discovery, table
+from zaroz_sim.kube import discovery, namespaces, table
 from zaroz_sim.kube.crds import CrdRecord
 from zaroz_sim.kube.discovery import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
@@ -40,6 +40,7 @@ from zaroz_sim.kube.store import (
     KubeError,
     Obj,
     ObjectStore,
+    rfc3339_s,
 )
 from zaroz_sim.kube.validate import StructuralSchema
 from zaroz_sim.kube.watch import close_transport, serve_watch
@@ -151,8 +152,10 @@ class KubeEmulator:
                              random.Random(seed))  # fmt: skip
         self._columns = table.columns_of(served)
         self.crds = CrdRecord(self.crd, random.Random(seed))
+        born = self.store.clock()
+        self._started = rfc3339_s(born)  # the cluster's birth: `default`'s creation
         if crd_installed:
-            self.crds.install(self.store.rv, self.store.clock())
+            self.crds.install(self.store.rv, born)
         self.token = token
         self.bookmark_interval_s = bookmark_interval_s
         self.watch_timeout_s = watch_timeout_s
@@ -431,6 +434,9 @@ class KubeEmulator:
         path = path.rstrip("/") or "/"
         if path in ("/version", "/api", "/api/v1", "/apis") or path.startswith("/openapi/"):
             return "discovery"
+        if path == namespaces.PREFIX or (path.startswith(namespaces.PREFIX + "/")
+                                         and path.count("/") == 4):  # fmt: skip
+            return "namespaces"
         if path.startswith(f"/apis/{CRD_GROUP}"):
             rest = path[len(f"/apis/{CRD_GROUP}"):]
             return "crd" if rest.startswith(f"/{CRD_VERSION}/{CRD_PLURAL}") else "discovery"
@@ -458,6 +464,9 @@ class KubeEmulator:
                 raise KubeError(405, "MethodNotAllowed",
                                 "the server does not allow this method on the requested resource"
                                 f" ({request.method})")  # fmt: skip
+            if kind == "namespaces":
+                return namespaces.serve(request, self.store.objects.values(), self._started,
+                                        self.store.rv, self.store.clock() / 1e9)  # fmt: skip
             if kind == "crd":
                 return await self.crds.serve(request, self.store.rv, self.watch_timeout_s,
                                              self.store.clock() / 1e9)  # fmt: skip
