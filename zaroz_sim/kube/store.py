@@ -122,11 +122,11 @@ def _encode(obj: Obj) -> bytes:
     return bytes(memoryview(orjson.dumps(obj)))
 
 
-def _fields(value: Any) -> Obj:
+def fields_v1(value: Any) -> Obj:
     """FieldsV1 for a JSON value: maps recurse ("." marks the map itself), the rest are leaves."""
     if not isinstance(value, dict):
         return {}
-    return {".": {}} | {f"f:{k}": _fields(v) for k, v in value.items()}
+    return {".": {}} | {f"f:{k}": fields_v1(v) for k, v in value.items()}
 
 
 def rfc3339_s(t_ns: int) -> str:
@@ -188,7 +188,14 @@ class ObjectStore:
             result = self.patch_status(namespace, name, dict(status))
         return result
 
-    def add(self, obj: Obj, *, manager: str | None = None, dry_run: bool = False) -> Obj:
+    def add(
+        self,
+        obj: Obj,
+        *,
+        manager: str | None = None,
+        dry_run: bool = False,
+        applied: Obj | None = None,
+    ) -> Obj:
         """Store a new object (its metadata.name and .namespace set; `obj` is the store's now):
         the server's metadata (uid, generation 1, creationTimestamp, managedFields) is added.
         `dry_run`: all of it but the write (the object as it would be, without resourceVersion)."""
@@ -207,7 +214,7 @@ class ObjectStore:
                 meta[field] = user[field]
         meta["managedFields"] = []
         obj["metadata"] = meta
-        self._own(obj, manager or self.spec_manager, None, now)
+        self._own(obj, manager or self.spec_manager, None, now, applied)
         if dry_run:
             return obj
         return self._write(key, "ADDED", obj, None)
@@ -219,6 +226,7 @@ class ObjectStore:
         manager: str | None = None,
         subresource: str | None = None,
         dry_run: bool = False,
+        applied: Obj | None = None,
     ) -> Obj:
         """Store a new version of an existing object, prepared by the caller from a copy of the
         current one (`obj` is the store's now). Nothing changed: a no-op (same resourceVersion),
@@ -231,7 +239,7 @@ class ObjectStore:
             return _obj(self.raw[key])
         meta["managedFields"] = _copy(meta["managedFields"])
         default = self.status_manager if subresource == "status" else self.spec_manager
-        self._own(obj, manager or default, subresource, rfc3339_s(self.clock()))
+        self._own(obj, manager or default, subresource, rfc3339_s(self.clock()), applied)
         if dry_run:
             return obj
         return self._write(key, "MODIFIED", obj, prev)
@@ -364,24 +372,30 @@ class ObjectStore:
         return key, obj
 
     @staticmethod
-    def _own(obj: Obj, manager: str, subresource: str | None, now: str) -> None:
-        """Record `manager` as the owner of the part it wrote (spec+labels, or status)."""
-        if subresource == "status":
-            fields: Obj = {"f:status": _fields(obj.get("status", {}))}
+    def _own(
+        obj: Obj, manager: str, subresource: str | None, now: str, applied: Obj | None = None
+    ) -> None:
+        """Record `manager` as the owner of the part it wrote (spec+labels, or status); with
+        `applied` (server-side apply: the fields of its configuration), as an Apply."""
+        operation = "Update" if applied is None else "Apply"
+        if applied is not None:
+            fields = applied
+        elif subresource == "status":
+            fields = {"f:status": fields_v1(obj.get("status", {}))}
         else:
             fields = {}
             if obj["metadata"].get("labels"):
                 labels: Obj = {f"f:{k}": {} for k in obj["metadata"]["labels"]}
                 fields["f:metadata"] = {"f:labels": {".": {}} | labels}
-            fields["f:spec"] = _fields(obj["spec"])
-        entry: Obj = {"manager": manager, "operation": "Update", "apiVersion": API_VERSION,
+            fields["f:spec"] = fields_v1(obj["spec"])
+        entry: Obj = {"manager": manager, "operation": operation, "apiVersion": API_VERSION,
                       "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields}  # fmt: skip
         if subresource is not None:
             entry["subresource"] = subresource
         entries = obj["metadata"]["managedFields"]
         for i, old in enumerate(entries):
             same = (old["manager"], old.get("subresource")) == (manager, subresource)
-            if same and old["operation"] == "Update":
+            if same and old["operation"] == operation:
                 entries[i] = entry
                 return
         entries.append(entry)

@@ -36,6 +36,7 @@ from zaroz_sim.kube.store import (
     KubeError,
     Obj,
     ObjectStore,
+    fields_v1,
     not_found,
 )
 from zaroz_sim.kube.validate import FieldError, GoLiteral, StructuralSchema, invalid
@@ -60,6 +61,7 @@ class WriteOptions:
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)  # filled in: what the answer warns of
     created: bool = False  # filled in: the write created the object (an apply can)
+    applied: Obj | None = None  # a server-side apply's fields (fieldsV1), for managedFields
 
 
 def conflict(name: str) -> KubeError:
@@ -104,7 +106,8 @@ class Writer:
             meta["name"] = f"{meta['generateName']}{suffix}"
         obj.pop("status", None)
         self._check(obj, None, opts, meta.get("name") or "")
-        result = self.store.add(obj, manager=opts.manager, dry_run=opts.dry_run)
+        result = self.store.add(obj, manager=opts.manager, dry_run=opts.dry_run,
+                                applied=opts.applied)  # fmt: skip
         opts.created = True
         return result
 
@@ -142,9 +145,12 @@ class Writer:
         body = self._patch_body(patch, patch_type)
         key = f"{namespace}/{name}"
         current = self.store.objects.get(key)
+        if patch_type == APPLY_PATCH:
+            body = self._named(body, name)
+            opts.applied = applied_fields(body)
         if current is None:
             if patch_type == APPLY_PATCH and subresource is None:
-                return self.create(namespace, self._named(body, name), opts)
+                return self.create(namespace, body, opts)
             raise not_found(name)
         base = self.store.raw[key]
         if patch_type == MERGE_PATCH:
@@ -160,7 +166,11 @@ class Writer:
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise KubeError(422, "Invalid", str(exc)) from None
         else:
-            patched = _apply(orjson.loads(base), self._named(body, name))
+            live = orjson.loads(base)
+            patched = _apply(live, body)
+            assert opts.manager is not None and opts.applied is not None
+            for path in _released(live, opts.manager, opts.applied):
+                _remove(patched, path)
         if not isinstance(patched, dict):
             raise bad_request("the patched object is not a JSON object")
         meta = patched.get("metadata")
@@ -259,7 +269,7 @@ class Writer:
         if subresource != "status" and _spec_of(new) != _spec_of(current):
             new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         return self.store.replace(new, manager=opts.manager, subresource=subresource,
-                                  dry_run=opts.dry_run)  # fmt: skip
+                                  dry_run=opts.dry_run, applied=opts.applied)  # fmt: skip
 
     def _check(self, obj: Obj, old: Obj | None, opts: WriteOptions, name: str) -> None:
         pruned = self.schema.prune(obj)
@@ -281,10 +291,62 @@ def _ordered_meta(server: Obj, user: Obj) -> Obj:
     return out
 
 
+def applied_fields(config: Obj) -> Obj:
+    """The fields (FieldsV1) an applied configuration sets: labels, annotations, the rest."""
+    out: Obj = {}
+    meta = config.get("metadata") or {}
+    owned: Obj = {f"f:{part}": {".": {}} | {f"f:{k}": {} for k in meta[part]}
+             for part in ("labels", "annotations") if meta.get(part)}  # fmt: skip
+    if owned:
+        out["f:metadata"] = owned
+    for part, value in config.items():
+        if part not in ("apiVersion", "kind", "metadata"):
+            out[f"f:{part}"] = fields_v1(value)
+    return out
+
+
+Path = tuple[str, ...]
+
+
+def _leaves(fields: Obj, prefix: Path = ()) -> set[Path]:
+    out: set[Path] = set()
+    for key, sub in fields.items():
+        if key == ".":
+            continue
+        path = (*prefix, key.removeprefix("f:"))
+        children = {k: v for k, v in sub.items() if k != "."}
+        out |= _leaves(children, path) if children else {path}
+    return out
+
+
+def _released(live: Obj, manager: str, applied: Obj) -> set[Path]:
+    """The fields `manager` applied before and no longer does, that no other manager owns:
+    server-side apply removes them."""
+    mine: set[Path] = set()
+    others: set[Path] = set()
+    for entry in live["metadata"].get("managedFields", []):
+        leaves = _leaves(entry.get("fieldsV1", {}))
+        if entry["manager"] == manager and entry["operation"] == "Apply":
+            mine |= leaves
+        elif entry.get("subresource") is None:
+            others |= leaves
+    return mine - _leaves(applied) - others
+
+
+def _remove(obj: Any, path: Path) -> None:
+    for part in path[:-1]:
+        if not isinstance(obj, dict) or part not in obj:
+            return
+        obj = obj[part]
+    if isinstance(obj, dict):
+        obj.pop(path[-1], None)
+
+
 def _apply(live: Any, config: Any) -> Any:
     """Server-side apply, simplified: the applied configuration merged into the live object
     (maps merge, lists and scalars are replaced: the CRD declares no list types, so its lists
-    are atomic); fields other managers own are kept; conflicts are not reported (as --force)."""
+    are atomic); what this manager applied before and no longer does is removed (`_released`)
+    unless another manager owns it; conflicts are not reported (as with --force-conflicts)."""
     if not isinstance(config, dict) or not isinstance(live, dict):
         return config
     out = dict(live)
