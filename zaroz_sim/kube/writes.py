@@ -192,7 +192,8 @@ class Writer:
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
             raise conflict(name)
         if dry_run:
-            return orjson.loads(self.store.raw[key])  # type: ignore[no-any-return]
+            last: Obj = orjson.loads(self.store.raw[key])
+            return last
         return self.store.delete(namespace, name)
 
     # -- the steps -------------------------------------------------------------------------------
