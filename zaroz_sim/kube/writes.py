@@ -121,7 +121,8 @@ class Writer:
             raise invalid(KIND, GROUP, name, [FieldError(
                 "FieldValueInvalid", "metadata.resourceVersion", "must be specified for an update",
                 GoLiteral("0x0"))])  # fmt: skip
-        return self._update(namespace, name, obj, subresource, options or WriteOptions())
+        return self._update(namespace, name, obj, subresource, options or WriteOptions(),
+                            fresh=True)  # fmt: skip
 
     def patch(
         self,
@@ -176,7 +177,7 @@ class Writer:
         meta = patched.get("metadata")
         if isinstance(meta, dict) and meta.get("resourceVersion") in (None, ""):
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self._update(namespace, name, patched, subresource, opts)
+        return self._update(namespace, name, patched, subresource, opts, fresh=True)
 
     def delete(self, namespace: str, name: str, options: Mapping[str, Any] | None = None,
                *, dry_run: bool = False) -> Obj:  # fmt: skip
@@ -199,8 +200,10 @@ class Writer:
     # -- the steps -------------------------------------------------------------------------------
 
     @staticmethod
-    def _decoded(body: Any) -> Obj:
-        obj = _copy(orjson.loads(body) if isinstance(body, bytes | str) else body)
+    def _decoded(body: Any, *, copy: bool = True) -> Obj:
+        """The body as a dict of its own (`copy`: it may be the caller's), of our kind."""
+        raw = isinstance(body, bytes | str)
+        obj = orjson.loads(body) if raw else (_copy(body) if copy else body)
         if not isinstance(obj, dict):
             raise bad_request("the body of the request is not a JSON object")
         if "kind" not in obj or "apiVersion" not in obj:
@@ -234,12 +237,13 @@ class Writer:
             raise bad_request(f"error decoding patch: {exc}") from None
 
     def _update(self, namespace: str, name: str, obj: Obj, subresource: str | None,
-                opts: WriteOptions) -> Obj:  # fmt: skip
+                opts: WriteOptions, *, fresh: bool = False) -> Obj:  # fmt: skip
+        """`fresh`: `obj` is this write's own (decoded or patched here), not to be copied."""
         key = f"{namespace}/{name}"
         current = self.store.objects.get(key)
         if current is None:
             raise not_found(name)
-        obj = self._decoded(obj)
+        obj = self._decoded(obj, copy=not fresh)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
@@ -251,7 +255,7 @@ class Writer:
                               " sent on the request")  # fmt: skip
         if str(meta.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
             raise conflict(name)
-        new = _copy(current)
+        new: Obj = orjson.loads(self.store.raw[key])
         if subresource == "status":
             new.pop("status", None)
             if "status" in obj:
