@@ -185,10 +185,28 @@ def _load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _absent_is_null(node: dict[str, Any]) -> dict[str, Any]:
+    """Drop nullable properties from `required`, recursively: the agent and the kernel write by
+    JSON merge patch, where (RFC 7386) `null` deletes the key, so a real object lacks what was
+    last patched to null, and a CRD requiring it would refuse the very patch that wrote it."""
+    props = node.get("properties", {})
+    for child in props.values():
+        _absent_is_null(child)
+    if isinstance(node.get("items"), dict):
+        _absent_is_null(node["items"])
+    if "required" in node:
+        node["required"] = [k for k in node["required"] if not props.get(k, {}).get("nullable")]
+        if not node["required"]:
+            del node["required"]
+    return node
+
+
 def crd() -> dict[str, Any]:
     """The UnitSignal CRD (platform.md section 1) with its schema derived from the contract."""
-    spec = to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec")
-    status = to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status")
+    spec = _absent_is_null(
+        to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec"))
+    status = _absent_is_null(
+        to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status"))
     schema = {
         "type": "object",
         "description": "A unit's contract (spec, written by the kernel) and the agent's report "
