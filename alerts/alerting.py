@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from alerts import recording
 from alerts.config import SLO, Config
+from alerts.template import CondKey, Sym, call
 
 PREFIX = "Zaroz"
 SEVERITIES = ("critical", "warning", "info")
@@ -37,7 +38,7 @@ class Alert:
     def __post_init__(self) -> None:
         if not self.name.startswith(PREFIX):
             raise ValueError(f"alert {self.name} lacks the {PREFIX} prefix")
-        if self.severity not in SEVERITIES:
+        if not isinstance(self.severity, Sym) and self.severity not in SEVERITIES:
             raise ValueError(f"alert {self.name}: severity {self.severity}")
         if not self.next_step:
             raise ValueError(f"alert {self.name}: no next step for the on-call engineer")
@@ -50,11 +51,14 @@ class Alert:
     def anchor(self) -> str:
         return self.name.lower()
 
-    def as_dict(self, config: Config) -> dict[str, object]:
-        out: dict[str, object] = {"alert": self.name, "expr": self.expr}
-        if self.for_ not in ("", "0m", "0s"):
+    def as_dict(self, config: Config) -> dict[object, object]:
+        out: dict[object, object] = {"alert": self.name, "expr": self.expr}
+        if isinstance(self.for_, Sym):  # the mixin: the same test, in jsonnet
+            out[CondKey("for", f"!std.member(['', '0m', '0s'], {self.for_.code})")] = (
+                str(self.for_))
+        elif self.for_ not in ("", "0m", "0s"):
             out["for"] = self.for_
-        out["labels"] = {"severity": self.severity, **self.extra_labels}
+        out["labels"] = {"severity": str(self.severity), **self.extra_labels}
         out["annotations"] = {
             "summary": self.summary,
             "description": self.full_description,
@@ -71,6 +75,8 @@ def _num(x: float) -> str:
 def human_duration(seconds: float) -> str:
     """A threshold in seconds as Prometheus's `humanizeDuration` writes values ("5m 0s",
     "1h 0m 0s", "9.75s", "500ms"), so a description compares like with like."""
+    if isinstance(seconds, Sym):
+        return call("duration", seconds)
     if seconds < 1:
         return f"{seconds * 1000:.4g}ms"
     if seconds < 60:
@@ -137,7 +143,7 @@ def _burn_rate_alerts(slo: SLO, name: str, what: str, config: Config) -> list[Al
                 name,
                 expr,
                 for_,
-                severity,
+                severity,  # type: ignore[arg-type]
                 f"{what} SLO error budget is burning fast.",
                 f"Workload {{{{ $labels.workload }}}}: {{{{ $value | humanizePercentage }}}} "
                 f"of {what.lower()} took longer than {_num(slo.threshold)} s over the last "

@@ -91,17 +91,20 @@ DEFAULT_BURN_RATES = (
 class Config:
     """Thresholds of the generated rules. Durations are seconds unless named `*_for`."""
 
-    # Selector of the exporter's scrape job, used by the absence alert and to scope `up`.
+    # Selector of the exporter's scrape job: the absence and shard alerts read `up` and the
+    # shard gauges through it, the exporter health dashboard its targets' scrape_* series.
     job_selector: str = 'job="zaroz-exporter"'
     # The label telling clusters apart (kubernetes-mixin's clusterLabel): every rule keeps it
     # in its aggregations, so one set of rules never merges two clusters' series.
     cluster_label: str = recording.CLUSTER_LABEL
+    # The SLOs of readiness and allocation ack: objective, and threshold in seconds.
     slos: tuple[SLO, ...] = field(
         default_factory=lambda: (
-            SLO("readiness", 0.99, 60.0),
-            SLO("allocation_ack", 0.99, 1.0),
+            SLO("readiness", 0.99, recording.DEFAULT_SLO_THRESHOLDS["readiness"]),
+            SLO("allocation_ack", 0.99, recording.DEFAULT_SLO_THRESHOLDS["allocation_ack"]),
         )
     )
+    # Their burn-rate alerts: (long, short) window pairs, factor x error budget, for, severity.
     burn_rates: tuple[BurnRate, ...] = DEFAULT_BURN_RATES
     # A generation waiting longer than this is stuck (agents observe within seconds).
     generation_lag_seconds: float = 300.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from alerts.template import Sym, call
 from exporter import catalog
 
 # Histograms with per-workload quantile records: the three headline measurements (event clock)
@@ -41,6 +42,9 @@ CLUSTER_LABEL = "cluster"  # the default; alerts.config.Config.cluster_label ove
 # SLO windows: the SRE workbook's multi-window multi-burn-rate pairs (long, short):
 # page on (1h, 5m) and (6h, 30m), ticket on (1d, 2h) and (3d, 6h).
 SLO_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+# The shipped SLO thresholds in seconds (bucket bounds of their histograms); alerts.config's
+# default SLOs use them, and `recording_rules()` without thresholds records them.
+DEFAULT_SLO_THRESHOLDS: dict[str, float] = {"readiness": 60.0, "allocation_ack": 1.0}
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def slo_error_ratio_name(slo: str, window: str) -> str:
     """
     if slo not in SLO_HISTOGRAMS:
         raise KeyError(f"unknown SLO {slo}; have {sorted(SLO_HISTOGRAMS)}")
-    if window not in SLO_WINDOWS:
+    if not isinstance(window, Sym) and window not in SLO_WINDOWS:
         raise KeyError(f"no SLO window {window}; have {SLO_WINDOWS}")
     return f"workload:{SLO_HISTOGRAMS[slo]}:slo_error_ratio_rate{window}"
 
@@ -101,8 +105,11 @@ def slo_error_ratio_name(slo: str, window: str) -> str:
 def le_value(bound: float) -> str:
     """A bucket bound as the exporter writes it in `le` (Prometheus 2 compares strings).
 
-    Mirrors `exporter.sinks.metrics.series.format_value`; a test keeps the two equal.
+    Mirrors `exporter.sinks.metrics.series.format_value`; a test keeps the two equal. (The
+    mixin's `z.num` writes it in jsonnet.)
     """
+    if isinstance(bound, Sym):
+        return call("num", bound)
     if float(bound).is_integer():
         return str(int(bound))
     return repr(float(bound))
@@ -117,6 +124,8 @@ def check_bucket_boundary(histogram: str, threshold: float) -> str:
     metric = catalog.get(histogram)
     if metric.kind is not catalog.Kind.HISTOGRAM:
         raise ValueError(f"{histogram} is not a histogram")
+    if isinstance(threshold, Sym):  # the mixin asserts the same, when jsonnet renders it
+        return call("bucketBound", threshold, histogram, list(metric.buckets))
     if not any(abs(b - threshold) < 1e-12 for b in metric.buckets):
         raise ValueError(
             f"SLO threshold {threshold} s is not a bucket boundary of {histogram}; "
@@ -196,7 +205,7 @@ def slo_rules(slo: str, threshold: float, cl: str = CLUSTER_LABEL,
     """
     h = SLO_HISTOGRAMS[slo]
     if native:
-        if not threshold > 0:
+        if not isinstance(threshold, Sym) and not threshold > 0:
             raise ValueError(f"SLO threshold must be > 0 s, got {threshold}")
         t = le_value(threshold)
     else:
@@ -222,12 +231,10 @@ def recording_rules(slo_thresholds: dict[str, float] | None = None,
     """Every recording rule, in file order. `slo_thresholds` maps SLO key to seconds; `native`:
     quantiles and SLO ratios from native histograms (same record names).
 
-    Defaults come from `alerts.config` so dashboards calling this get the shipped rules.
+    Without thresholds: the shipped ones (`DEFAULT_SLO_THRESHOLDS`).
     """
     if slo_thresholds is None:
-        from alerts.config import DEFAULT_CONFIG
-
-        slo_thresholds = {s.key: s.threshold for s in DEFAULT_CONFIG.slos}
+        slo_thresholds = DEFAULT_SLO_THRESHOLDS
     rules = [*_quantile_rules(cluster_label, native), *_ratio_rules(cluster_label)]
     for slo, threshold in slo_thresholds.items():
         rules.extend(slo_rules(slo, threshold, cluster_label, native))

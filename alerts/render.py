@@ -48,21 +48,28 @@ def dump(data: object) -> str:
     )
 
 
-def _groups(items: list[tuple[str, dict[str, object]]]) -> dict[str, object]:
-    by_group: dict[str, list[dict[str, object]]] = defaultdict(list)
+def _groups(items: list[tuple[str, dict[object, object]]]) -> dict[str, object]:
+    by_group: dict[str, list[dict[object, object]]] = defaultdict(list)
     for group, rule in items:
         by_group[group].append(rule)
     return {"groups": [{"name": g, "rules": rules} for g, rules in by_group.items()]}
 
 
+def rule_documents(config: Config = DEFAULT_CONFIG) -> dict[str, dict[str, object]]:
+    """File name -> the rule file's document (`groups`). With `alerts.template`'s symbolic
+    config, the same documents with jsonnet tokens: the mixin's templates."""
+    # SLOs in the recording rules' own order, whatever the order of `config.slos`
+    slo = {key: config.slo(key).threshold for key in recording.SLO_HISTOGRAMS}
+    rec: list[tuple[str, dict[object, object]]] = [
+        (r.group, dict(r.as_dict()))
+        for r in recording.recording_rules(slo, config.cluster_label, config.native_histograms)]
+    alr = [(a.group, a.as_dict(config)) for a in alerting.alerts(config)]
+    return {"recording.yaml": _groups(rec), "alerts.yaml": _groups(alr)}
+
+
 def rule_files(config: Config = DEFAULT_CONFIG) -> dict[str, str]:
     """File name -> YAML text of the rule files."""
-    slo = {s.key: s.threshold for s in config.slos}
-    rec = [(r.group, r.as_dict())
-           for r in recording.recording_rules(slo, config.cluster_label,
-                                               config.native_histograms)]
-    alr = [(a.group, a.as_dict(config)) for a in alerting.alerts(config)]
-    return {"recording.yaml": dump(_groups(rec)), "alerts.yaml": dump(_groups(alr))}
+    return {name: dump(doc) for name, doc in rule_documents(config).items()}
 
 
 def test_files(config: Config = DEFAULT_CONFIG) -> dict[str, str]:

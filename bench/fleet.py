@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -79,13 +80,17 @@ async def _route_main(conn: Connection, workloads: int, units: int, rate: float,
             await asyncio.sleep(interval)
 
     def on_command() -> None:
-        cmd = conn.recv()
+        try:
+            cmd = conn.recv()
+        except (EOFError, OSError):  # the bench is gone: stop too
+            done.set()
+            return
         if cmd == "live" and not feeding:
             feeding.append(asyncio.get_running_loop().create_task(feed()))
             conn.send("ok")
         elif cmd == "stats":
             conn.send({"emitted": live.emitted, "tracked": live.units_tracked(),
-                       "requests": sum(server.requests.values())})
+                       "requests": sum(server.requests.values()), "cpu": time.process_time()})
         elif cmd == "stop":
             done.set()
 
@@ -134,6 +139,17 @@ class Route:
 # -- the exporters ---------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the bench dies (Linux prctl PR_SET_PDEATHSIG),
+    so no exporter outlives an interrupted run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -165,7 +181,8 @@ class Exporter:
         with open(self.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", MAIN, *args, cwd=ROOT, env=child_env(),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log)
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log,
+                preexec_fn=_die_with_parent)
 
     @property
     def pid(self) -> int:
@@ -226,22 +243,37 @@ async def get_text(session: aiohttp.ClientSession, url: str, timeout: float = 60
 
 async def wait_ready(session: aiohttp.ClientSession, exp: Exporter, units: int,
                      timeout: float) -> float:
-    """Seconds from now until /readyz is 200 and the model tracks at least `units` units."""
+    """Seconds from now until a /readyz 200 after which `/metrics` shows the model tracking at
+    least `units` units."""
     t0 = time.perf_counter()
     deadline = t0 + timeout
-    while time.perf_counter() < deadline:
+    for _ in range(int(timeout / 0.05) + 1):  # bounded in count and in time
+        if time.perf_counter() >= deadline:
+            break
         if not exp.alive():
             raise RuntimeError(f"{exp.name} exited (see {exp.log_path})")
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             async with session.get(exp.url + "/readyz",
                                    timeout=aiohttp.ClientTimeout(total=10)) as r:
                 if r.status == 200:
+                    # the /readyz answer's time: the scrape that checks the units (and, with a
+                    # state dir, checkpoints first) is not billed to the restart
+                    ready = time.perf_counter() - t0
                     text = await get_text(session, exp.url + "/metrics")
-                    tracked = metric_sum(text, TRACKED) or 0
-                    if tracked >= units:
-                        return time.perf_counter() - t0
+                    if (metric_sum(text, TRACKED) or 0) >= units:
+                        return ready
         await asyncio.sleep(0.05)
     raise RuntimeError(f"{exp.name} not ready with {units} units after {timeout:.0f} s")
+
+
+async def metrics_text(session: aiohttp.ClientSession, exp: Exporter) -> str:
+    """A scrape for the figures; "" when refused (an exporter refuses a scrape when its
+    checkpoint fails), said once on stderr."""
+    try:
+        return await get_text(session, exp.url + "/metrics")
+    except (aiohttp.ClientError, TimeoutError) as e:
+        print(f"{exp.name}: /metrics for the figures failed: {e}", file=sys.stderr)
+        return ""
 
 
 def proc_io(pid: int) -> dict[str, int]:
@@ -263,12 +295,14 @@ def dir_bytes(path: Path | None) -> int:
 
 async def scraper(exp: Exporter, interval: float, seconds: float, out: list[float],
                   errors: list[str]) -> None:
-    """Scrape every `interval` s for `seconds` (at most seconds/interval + 1 scrapes)."""
+    """Scrape on the slots start + k * interval for `seconds` (at most seconds/interval + 1
+    scrapes); a scrape that outlasts its interval skips the slots it missed, as Prometheus does,
+    so slow scrapes do not pile up back to back."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        for i in range(int(seconds / interval) + 1):
-            due = start + i * interval
+        due = start
+        for _ in range(int(seconds / interval) + 1):
             if due > start + seconds:
                 break
             await asyncio.sleep(max(0.0, due - loop.time()))
@@ -277,13 +311,16 @@ async def scraper(exp: Exporter, interval: float, seconds: float, out: list[floa
                 async with session.get(exp.url + "/metrics", headers=ACCEPT,
                                        timeout=aiohttp.ClientTimeout(total=60)) as r:
                     await r.read()
-                    if r.status != 200:
+                    if r.status == 200:
+                        out.append(time.perf_counter() - t)
+                    else:
                         errors.append(f"HTTP {r.status}")
-                        continue
             except (aiohttp.ClientError, TimeoutError) as e:
                 errors.append(type(e).__name__)
-                continue
-            out.append(time.perf_counter() - t)
+            due += interval
+            late = loop.time() - due
+            if late > 0:
+                due += math.ceil(late / interval) * interval
 
 
 async def prober(exp: Exporter, interval: float, seconds: float, out: list[float],
@@ -360,9 +397,11 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                                                zip(exporters, syncs, strict=True)), flush=True)
             await route.ask("live")
             await asyncio.sleep(args.warmup)
-            before = {n: (await get_text(session, e.url + "/metrics"), proc_io(e.pid),
+            before = {n: (await metrics_text(session, e), proc_io(e.pid),
                           time.perf_counter()) for n, e in exporters.items()}
-            emitted0 = (await route.ask("stats"))["emitted"]
+            stats0 = await route.ask("stats")
+            emitted0 = stats0["emitted"]
+            t_stream = time.perf_counter()
             tasks = []
             for name, exp in exporters.items():
                 f = figs[name]
@@ -372,9 +411,10 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                                     f.errors))
             await asyncio.gather(*tasks)
             stats = await route.ask("stats")
+            streamed_s = time.perf_counter() - t_stream
             for name, exp in exporters.items():
                 f = figs[name]
-                text = await get_text(session, exp.url + "/metrics")
+                text = await metrics_text(session, exp)
                 text0, io0, t0 = before[name]
                 minutes = (time.perf_counter() - t0) / 60
                 io1 = proc_io(exp.pid)
@@ -390,9 +430,12 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                 f.state_dir_bytes = dir_bytes(exp.state_dir)
                 f.rss_kib = proc_status_kib("VmRSS", exp.pid)
                 f.hwm_kib = proc_status_kib("VmHWM", exp.pid)
-            rate = (stats["emitted"] - emitted0) / (args.seconds + 1e-9)
-            print(f"window: {stats['emitted'] - emitted0:,} events streamed "
-                  f"(~{rate:,.0f}/s), {stats['tracked']:,} units live", flush=True)
+            rate = (stats["emitted"] - emitted0) / streamed_s
+            print(f"window: {stats['emitted'] - emitted0:,} events streamed in "
+                  f"{streamed_s:.1f} s (~{rate:,.0f}/s), {stats['tracked']:,} units live; the "
+                  f"route answered {(stats['requests'] - stats0['requests']) / streamed_s:,.0f} "
+                  f"requests/s on {(stats['cpu'] - stats0['cpu']) / streamed_s:.0%} of a core",
+                  flush=True)
             # restarts, the stream still running
             plan = [("with --state-dir", "SIGTERM", signal.SIGTERM),
                     ("with --state-dir", "SIGKILL", signal.SIGKILL),
@@ -421,10 +464,10 @@ def report(workloads: int, units: int, figs: dict[str, Figures]) -> None:
         rows.append([label, *(fn(figs[n]) for n in names)])
 
     row("initial sync to ready", lambda f: f"{f.sync_s:.1f} s")
-    row("scrapes (errors)", lambda f: f"{len(f.scrapes)} ({len(f.errors)})")
+    row("scrapes (failed requests)", lambda f: f"{len(f.scrapes)} ({len(f.errors)})")
     row("scrape median / max", lambda f: f"{_ms(statistics.median(f.scrapes))} / "
         f"{_ms(max(f.scrapes))}" if f.scrapes else "-")
-    row("/healthz worst (p99)", lambda f: f"{_ms(max(f.healthz))} "
+    row("/healthz probes, worst (p99)", lambda f: f"{len(f.healthz)}, {_ms(max(f.healthz))} "
         f"({_ms(sorted(f.healthz)[int(len(f.healthz) * 0.99)])})" if f.healthz else "-")
     row("checkpoint writes / min", lambda f: "-" if f.saves_per_min is None
         else f"{f.saves_per_min:,.1f}")

@@ -16,17 +16,16 @@ UID = "zaroz-exporter"
 
 # Exporter-wide series of this exporter only: Prometheus' own scrape_* series carry the target's
 # job and instance, so they are joined on those to the exporter's build info.
-_C = lib.CLUSTER_LABEL
-_SELF = (f"on ({_C}, job, instance) group_left () max by ({_C}, job, instance) "
-         f"({select('zaroz_exporter_build_info')})")
-
-
 def _scrape(name: str) -> str:
-    """A Prometheus-generated per-target series (scrape_*), limited to zaroz exporters."""
+    """A Prometheus-generated per-target series (scrape_*), limited to the exporter's targets
+    (those of its scrape selector, as the rules' `up` alert reads them)."""
     if not name.startswith("scrape_"):
         raise ValueError(f"{name} is not one of Prometheus' scrape_* series")
     lib.metric("zaroz_exporter_build_info")
-    return f"{name}{{{_C}{lib.CLUSTER}}} * {_SELF}"
+    c = lib.cluster_label()
+    own = (f"on ({c}, job, instance) group_left () max by ({c}, job, instance) "
+           f"(zaroz_exporter_build_info{{{c}{lib.CLUSTER}, {lib.exporter_selector()}}})")
+    return f"{name}{{{c}{lib.CLUSTER}}} * {own}"
 
 
 def build() -> g.Dashboard:

@@ -24,6 +24,7 @@ from grafanalib import core as g
 from grafanalib._gen import DashboardEncoder
 
 from alerts import recording
+from alerts.config import DEFAULT_CONFIG, Config
 from exporter import catalog
 
 # The Grafana JSON model version the dashboards are written for (Grafana 10.4 / 11). Grafana
@@ -42,32 +43,44 @@ NAMESPACE_VAR = "namespace"
 
 PROMETHEUS = {"type": "prometheus", "uid": f"${{{DATASOURCE_VAR}}}"}
 
-# The label telling clusters apart (kubernetes-mixin's clusterLabel), as the rules keep it.
-# Every selector is filtered by the `$cluster` variable; where series carry no such label the
-# variable has no values, its value is empty and `=~""` matches them all.
-CLUSTER_LABEL = recording.CLUSTER_LABEL
+# The rules' configuration (alerts.config.Config) the dashboards are built for, set around a
+# build by `configured`: its cluster label (kubernetes-mixin's clusterLabel, as the rules keep
+# it), the exporter's scrape selector, and the native-histogram switch. Every selector is
+# filtered by the `$cluster` variable; where series carry no such label the variable has no
+# values, its value is empty and `=~""` matches them all. The mixin builds them with a symbolic
+# Config (alerts.template), whose values then read jsonnet's `_config`.
 CLUSTER = f'=~"${CLUSTER_VAR}"'
 # Where the overview page is when nobody set the variable: the demo, or a port-forward.
 EXPORTER_URL = "http://localhost:9817"
 
-# The switch (alerts.config.Config.native_histograms): dashboards built inside `native()` read
-# the latency histograms as native histograms (heatmaps and raw quantiles from the histogram
-# series itself); recorded quantiles keep their names, the native rules record them.
-_NATIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("native", default=False)
+# Native histograms (Config.native_histograms): dashboards read the latency histograms as native
+# histograms (heatmaps and raw quantiles from the histogram series itself); recorded quantiles
+# keep their names, the native rules record them.
+_CONFIG: contextvars.ContextVar[Config] = contextvars.ContextVar("config", default=DEFAULT_CONFIG)
 NATIVE_SUFFIX = "-native"
 
 
 @contextlib.contextmanager
-def native() -> Iterator[None]:
-    token = _NATIVE.set(True)
+def configured(config: Config) -> Iterator[None]:
+    token = _CONFIG.set(config)
     try:
         yield
     finally:
-        _NATIVE.reset(token)
+        _CONFIG.reset(token)
 
 
 def is_native() -> bool:
-    return _NATIVE.get()
+    return bool(_CONFIG.get().native_histograms)
+
+
+def cluster_label() -> str:
+    return f"{_CONFIG.get().cluster_label}"
+
+
+def exporter_selector() -> str:
+    """The matchers selecting the exporter's own series (`job="zaroz-exporter"`)."""
+    return f"{_CONFIG.get().job_selector}"
+
 
 # Label matchers for the template variables (regex: multi-value and All expand to alternations).
 WORKLOAD = f'=~"${WORKLOAD_VAR}"'
@@ -109,7 +122,7 @@ def select(name: str, suffix: str = "", **matchers: str) -> str:
     unknown = set(matchers) - allowed
     if unknown:
         raise ValueError(f"{name} has no label(s) {sorted(unknown)}; it has {m.labels}")
-    matchers = {CLUSTER_LABEL: CLUSTER, **matchers}  # Prometheus adds the label, not us
+    matchers = {cluster_label(): CLUSTER, **matchers}  # Prometheus adds the label, not us
     inner = ", ".join(f"{k}{v}" for k, v in matchers.items())
     return f"{name}{suffix}{{{inner}}}" if inner else f"{name}{suffix}"
 
@@ -122,7 +135,7 @@ def native_histogram(name: str, **matchers: str) -> str:
     unknown = set(matchers) - set(m.labels)
     if unknown:
         raise ValueError(f"{name} has no label(s) {sorted(unknown)}; it has {m.labels}")
-    matchers = {CLUSTER_LABEL: CLUSTER, **matchers}  # as select() does
+    matchers = {cluster_label(): CLUSTER, **matchers}  # as select() does
     inner = ", ".join(f"{k}{v}" for k, v in matchers.items())
     return f"{name}{{{inner}}}"
 
@@ -131,7 +144,7 @@ def recorded(name: str, **matchers: str) -> str:
     """A recording rule's series, refusing names `alerts.recording` does not record."""
     if name not in recording.recording_names():
         raise KeyError(f"{name} is not a recording rule in alerts/recording.py")
-    matchers = {CLUSTER_LABEL: CLUSTER, **matchers}  # every rule keeps the cluster label
+    matchers = {cluster_label(): CLUSTER, **matchers}  # every rule keeps the cluster label
     inner = ", ".join(f"{k}{v}" for k, v in matchers.items())
     return f"{name}{{{inner}}}" if inner else name
 
@@ -470,14 +483,14 @@ def cluster_variable() -> Variable:
     return Variable(
         name=CLUSTER_VAR,
         label="Cluster",
-        query={"query": f"label_values({source}, {CLUSTER_LABEL})",
+        query={"query": f"label_values({source}, {cluster_label()})",
                "refId": f"{CLUSTER_VAR}-values"},
         dataSource=PROMETHEUS,
         multi=False,
         includeAll=False,
         refresh=g.REFRESH_ON_TIME_RANGE_CHANGE,
         sort=g.SORT_ALPHA_IGNORE_CASE_ASC,
-        description=f"The cluster (its `{CLUSTER_LABEL}` label, added by Prometheus); empty "
+        description=f"The cluster (its `{cluster_label()}` label, added by Prometheus); empty "
         "where series carry none.",
         current={"selected": False, "text": "", "value": ""},
         regex="",

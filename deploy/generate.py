@@ -17,6 +17,8 @@ Derived, and therefore generated rather than hand-written:
   rules (`alerts/rules/native/`, the same PrometheusRule names, so other components and the
   alerts' record names still line up) and dashboards (`dashboards/json/native/`, each replacing
   the classic dashboard it is the native form of).
+- `helm/zaroz-exporter/files/` and its README.md: the Helm chart's rules, dashboards and CRD
+  and its values table (deploy/chart.py).
 
 `python -m deploy` writes them; `python -m deploy --check` exits 1 when any is stale, and
 tests/test_deploy.py fails the same way.
@@ -183,10 +185,28 @@ def _load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _absent_is_null(node: dict[str, Any]) -> dict[str, Any]:
+    """Drop nullable properties from `required`, recursively: the agent and the kernel write by
+    JSON merge patch, where (RFC 7386) `null` deletes the key, so a real object lacks what was
+    last patched to null, and a CRD requiring it would refuse the very patch that wrote it."""
+    props = node.get("properties", {})
+    for child in props.values():
+        _absent_is_null(child)
+    if isinstance(node.get("items"), dict):
+        _absent_is_null(node["items"])
+    if "required" in node:
+        node["required"] = [k for k in node["required"] if not props.get(k, {}).get("nullable")]
+        if not node["required"]:
+            del node["required"]
+    return node
+
+
 def crd() -> dict[str, Any]:
     """The UnitSignal CRD (platform.md section 1) with its schema derived from the contract."""
-    spec = to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec")
-    status = to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status")
+    spec = _absent_is_null(
+        to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec"))
+    status = _absent_is_null(
+        to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status"))
     schema = {
         "type": "object",
         "description": "A unit's contract (spec, written by the kernel) and the agent's report "
@@ -354,6 +374,9 @@ def outputs() -> dict[Path, str]:
         [statefulset()], "deploy/base/deployment.yaml and SHARDS in deploy/generate.py")
     files[DEPLOY / "overlays" / "dev" / "crd.yaml"] = dump(
         [crd()], "schemas/unit-signal-spec.schema.json and schemas/unit-signal-status.schema.json")
+    from deploy import chart  # the Helm chart's generated files (deploy/chart.py)
+
+    files.update(chart.outputs())
     return files
 
 
@@ -422,7 +445,9 @@ def stale() -> list[Path]:
            if not p.exists() or p.read_text(encoding="utf-8") != text]
     if GENERATED.exists():
         bad += [p for p in sorted(GENERATED.iterdir()) if p not in want]
-    return bad
+    from deploy import chart
+
+    return bad + chart.leftovers(want)
 
 
 def write() -> list[Path]:

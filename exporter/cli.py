@@ -123,8 +123,11 @@ def _bucket_limit(v: str) -> int:
 
 
 def _native_flags(p: argparse.ArgumentParser, scope: str = "") -> None:
+    where = ("computed for --format protobuf only, the one output that shows them" if scope
+             else "protobuf scrapes only, but kept from the start, whatever the scrapers ask "
+             "for, so that native and classic counts agree whenever protobuf is scraped")
     _add(p, "--native-histogram-schema", help="resolution of the latency histograms' native "
-         "buckets (protobuf scrapes only; classic buckets are unchanged): each power of two is "
+         f"buckets ({where}; classic buckets are unchanged): each power of two is "
          "split into 2^schema buckets, -4..8 (3: each bucket 2^(1/8) = 1.09 times the last), "
          "or off", type=_schema, default=3, scope=scope)
     _add(p, "--native-histogram-max-buckets", help="native buckets a series may hold; beyond, "
@@ -209,19 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="zaroz-exporter",
         formatter_class=_Formatter,
         description="Prometheus metrics for the zaroz units platform, from its event log.",
-        epilog=(
-            "commands:\n"
-            "  serve    tail the events route and serve /metrics (the default)\n"
-            "  replay   apply JSONL event logs and print the exposition or a summary\n"
-            "  demo     run a simulated platform and the exporter against it on loopback\n\n"
-            "Run `zaroz-exporter COMMAND --help` for a command's flags."
-        ),
+        epilog="Run `zaroz-exporter COMMAND --help` for its flags and environment variables.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # The one list of commands --help shows (their `help=`): no second list in an epilog.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     serve = sub.add_parser("serve", formatter_class=_Formatter,
-                           help="tail the events route, watch UnitSignals, serve /metrics",
+                           help="serve /metrics from the event logs and UnitSignals (default)",
                            description="Tail every workload's event log and watch every "
                            "UnitSignal, and serve their metrics.")
     _add(serve, "--events-url", help="base URL of the platform's events route", default=None)
@@ -234,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(serve)
 
     replay = sub.add_parser(
-        "replay", formatter_class=_Formatter, help="apply JSONL event logs and print metrics",
+        "replay", formatter_class=_Formatter,
+        help="print the metrics, a summary or a report of saved event logs",
         description="Apply JSONL event logs (one envelope a line) and print the final exposition "
         "in Prometheus text format. Bad lines are counted, never fatal.")
     replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL event logs: files "
@@ -261,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
          type=int, default=20, scope="REPLAY_")
 
     demo = sub.add_parser("demo", formatter_class=_Formatter,
-                          help="simulated platform + exporter on loopback",
+                          help="a simulated platform and the exporter, on loopback",
                           description="Start the simulator's events route and the exporter "
                           "tailing it, print the URLs, serve live metrics until interrupted.")
     _serve_flags(demo, f"127.0.0.1:{DEFAULT_PORT}")

@@ -11,10 +11,15 @@ import pytest
 
 
 def missing(msg: str) -> NoReturn:
-    """Fail under CI (where .ci/run must have installed it), skip elsewhere."""
+    """Fail under CI (where .ci/run must have installed it), skip elsewhere. The reason starts
+    with the test that needed the component, and the skip is reported at that test's line (as a
+    skip mark is), not at this one: `pytest -ra` then says which test did not run and why."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    reason = f"{test}: {msg}" if test else msg
     if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
+        pytest.fail(reason)
+    # _use_item_location: what pytest's own skip marks use to report the test's location
+    raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
 def require(binary: str) -> str:

@@ -1,6 +1,6 @@
 """The package's layers point down, and no two packages import each other.
 
-The order is the README's ("Architecture"): each package may import its own modules and any
+The order is docs/architecture.md's: each package may import its own modules and any
 package of a lower layer, never one of its own layer or above. Every import statement counts,
 including imports inside functions and under `TYPE_CHECKING`: a lazy import hides a dependency
 from the reader, not from the design.
@@ -34,9 +34,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 SIMULATOR_USERS = ("exporter.commands.demo",)
 
 
-def _readme_layers() -> list[list[str]]:
-    """The layer lines of the README's architecture section, e.g. `4. sinks | sources`."""
-    text = (ROOT / "README.md").read_text()
+def _documented_layers() -> list[list[str]]:
+    """The layer lines of docs/architecture.md, e.g. `4. sinks | sources`."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
     section = text[text.index("<!-- layers:start -->"):text.index("<!-- layers:end -->")]
     return [re.findall(r"`([\w.]+)`", line.split(":")[0]) for line in section.splitlines()
             if re.match(r"\s*\d+\.", line)]
@@ -151,7 +151,7 @@ def test_no_import_points_up_a_layer() -> None:
     assert len(graph) > 50  # the walk found the package
     unplaced = sorted(m for m in graph
                       if not _unit(m) or (_unit(m) == "exporter" and m != "exporter"))
-    assert not unplaced, f"modules in no layer (add them to LAYERS and the README): {unplaced}"
+    assert not unplaced, f"in no layer (add them to LAYERS and docs/architecture.md): {unplaced}"
     assert upward_edges(graph) == []
 
 
@@ -181,14 +181,14 @@ def test_the_simulator_uses_nothing_of_the_exporter_but_its_words() -> None:
     assert borrowed == []
 
 
-def test_readme_documents_these_layers() -> None:
-    documented = _readme_layers()
+def test_docs_architecture_documents_these_layers() -> None:
+    documented = _documented_layers()
     expected = [[n.removeprefix("exporter.") if n != "exporter" else "exporter" for n in layer]
                 for layer in LAYERS]
     assert documented == expected
 
 
-# What the README says the model never does: I/O, clocks, asyncio, threads.
+# What docs/architecture.md says the model never does: I/O, clocks, asyncio, threads.
 IMPURE = ("asyncio", "aiohttp", "os", "io", "pathlib", "socket", "subprocess", "threading",
           "time", "datetime", "random", "logging")
 

@@ -1,4 +1,5 @@
-"""Writes the metric reference (README section and docs/metrics.md) from the catalog.
+"""Writes the metric reference (docs/metrics.md) from the catalog and the flag tables of
+docs/configuration.md from the argument parser.
 
 `python -m tools.docsgen` regenerates both; a test fails when either is stale.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 from exporter import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
-START, END = "<!-- metrics:start -->", "<!-- metrics:end -->"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 CONFIG_START, CONFIG_END = "<!-- config:start -->", "<!-- config:end -->"
 GROUPS = {
     "lifecycle": "Unit lifecycle (event clock)",
@@ -73,6 +74,15 @@ does this:
   up with the route: the first sample a scraper sees is the caught-up baseline, and replaying
   days of retained log never shows as a burst in `rate()`/`increase()`. Readiness (`/readyz`)
   waits for the same.
+- Native histogram buckets (`--native-histogram-schema`, sent in protobuf scrapes only) are
+  kept by `serve` from its first observation, whether or not a scraper has asked for protobuf
+  yet: a scraper that turns to protobuf later (a Prometheus restarted with native histograms
+  on, one replica of a pair) sees native buckets that hold every observation the classic ones
+  hold, from its first sample, and the checkpoint carries them across restarts. Starting them
+  at the first protobuf scrape would leave out everything observed before it, which no later
+  work can restore (the buckets would not add up to the sample count). The cost is one bucket
+  index per observation; `--native-histogram-schema off` saves it. `replay` knows its one
+  output before it starts and computes native buckets only for `--format protobuf`.
 
 ## How UnitSignals are measured
 
@@ -185,7 +195,8 @@ per-UnitSignal ones and keep those:
 
 The lists work as in kube-state-metrics: regular expressions matched anywhere in the family name
 (anchor with `^...$`), `--metric-allowlist` and `--metric-denylist` mutually exclusive, opt-in
-families only with `--metric-opt-in-list`; a pattern that matches no family is logged at start.
+families only with `--metric-opt-in-list`; a pattern that matches no family is logged at start,
+and so is every family not exported, with the reason (opt-in, allowlist or denylist).
 A family not exported is never rendered, and with no per-object family exported the
 per-UnitSignal rows are not even stored (bench/README.md has the figures).
 """
@@ -223,7 +234,7 @@ def configuration() -> str:
     sub = next(a for a in parser._actions if a.dest == "command")
     out = []
     for name, p in sub.choices.items():  # type: ignore[union-attr]
-        out.append(f"#### `zaroz-exporter {name}`\n\n| flag | environment | default | meaning |"
+        out.append(f"### `zaroz-exporter {name}`\n\n| flag | environment | default | meaning |"
                    "\n|---|---|---|---|")
         for a in p._actions:
             if not a.option_strings or a.dest == "help":
@@ -240,20 +251,19 @@ def _between(text: str, start: str, end: str, body: str) -> str:
     head, sep, rest = text.partition(start)
     _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise ValueError(f"README.md lacks the {start} ... {end} markers")
+        raise ValueError(f"{CONFIGURATION.name} lacks the {start} ... {end} markers")
     return f"{head}{start}\n{body}{end}{tail}"
 
 
-def readme_with_table(readme: str) -> str:
-    readme = _between(readme, START, END, table())
-    return _between(readme, CONFIG_START, CONFIG_END, configuration())
+def with_configuration(doc: str) -> str:
+    """docs/configuration.md with its flag tables (between the config markers) regenerated."""
+    return _between(doc, CONFIG_START, CONFIG_END, configuration())
 
 
 def main() -> int:
     (ROOT / "docs").mkdir(exist_ok=True)
     (ROOT / "docs" / "metrics.md").write_text(metrics_doc())
-    readme = ROOT / "README.md"
-    readme.write_text(readme_with_table(readme.read_text()))
+    CONFIGURATION.write_text(with_configuration(CONFIGURATION.read_text()))
     return 0
 
 

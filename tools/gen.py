@@ -1,7 +1,8 @@
 """`python -m tools.gen [--check]`: regenerate every derived artefact, in dependency order.
 
 docs (metric reference, README tables) -> alerts (rules, promtool cases) -> dashboards (JSON)
--> deploy (CRD, PrometheusRules and dashboard ConfigMaps from the two before). One command
+-> deploy (CRD, PrometheusRules and dashboard ConfigMaps from the two before) -> the mixin's
+templates (tools.mixin, from the same rule and dashboard builders). One command
 instead of four; `--check` runs them all, reports what would change, puts every file back as it
 was and exits 1 when anything is stale.
 """
@@ -14,9 +15,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("tools.docsgen", "alerts", "dashboards", "deploy")
+STEPS = ("tools.docsgen", "alerts", "dashboards", "deploy", "tools.mixin")
 # Where the generators write: everything here is compared in --check.
-OUTPUTS = ("README.md", "docs", "alerts/rules", "alerts/tests", "dashboards/json", "deploy")
+OUTPUTS = ("README.md", "docs", "alerts/rules", "alerts/tests", "dashboards/json", "deploy",
+           "mixin")
 
 
 def _files() -> dict[Path, bytes]:

@@ -162,9 +162,8 @@ class LiveFleet:
         n_w = self.shape.workloads
         self.seq = [self.shape.backlog_len(w) for w in range(n_w)]
         self.next_unit = [self.shape.units_of(w) for w in range(n_w)]
-        # free units per workload: a list for random choice, positions for O(1) removal
+        # free units per workload (accepting, no action under way), in no order
         self.free: list[list[int]] = [list(range(self.shape.units_of(w))) for w in range(n_w)]
-        self.pos: list[dict[int, int]] = [{k: k for k in f} for f in self.free]
         self.tracked = [self.shape.units_of(w) for w in range(n_w)]
         self.heap: list[_FollowUp] = []
         self.order = 0
@@ -184,15 +183,11 @@ class LiveFleet:
             return None
         i = self.rng.randrange(len(free))
         k = free[i]
-        last = free.pop()
-        if last != k:
-            free[i] = last
-            self.pos[w][last] = i
-        del self.pos[w][k]
+        free[i] = free[-1]  # O(1): the last one takes its place
+        free.pop()
         return k
 
     def _release(self, w: int, k: int) -> None:
-        self.pos[w][k] = len(self.free[w])
         self.free[w].append(k)
 
     def _later(self, due: int, w: int, kind: str, k: int, arg: str = "") -> None:
@@ -227,7 +222,7 @@ class LiveFleet:
         elif kind == "unit.destroyed":
             self._emit(out, w, kind, due, k, {"reason": "drained"})
             self.tracked[w] -= 1
-        else:  # a new unit's steps (starting, ready, accepting) and its final idle
+        else:  # a new unit's unit.starting and unit.ready
             self._emit(out, w, kind, due, k, {})
 
     def _start_action(self, out: dict[str, list[dict[str, Any]]], now: int) -> None:

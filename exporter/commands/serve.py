@@ -22,6 +22,7 @@ from exporter.commands.startfrom import prepare_start
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
+from exporter.sinks.metrics.selection import HIDDEN_BECAUSE
 from exporter.sinks.metrics.webhook import WebhookMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.intake import Intake
@@ -126,8 +127,10 @@ def _select_families(pipeline: Pipeline, families: Any) -> None:
     registry.select(families.included)
     for pattern in families.unmatched(registry.families):
         log.warning("metric list pattern matches no family", extra={"pattern": pattern})
-    if registry.hidden:
-        log.info("metric families not exported", extra={"families": len(registry.hidden)})
+    hidden = [name for name in registry.families if name in registry.hidden]
+    for why, names in families.why_hidden(hidden).items():
+        log.info(f"metric families not exported ({HIDDEN_BECAUSE[why]})",
+                 extra={"families": ",".join(names)})
 
 
 async def _expire_loop(running: Running, interval: float) -> None:

@@ -126,8 +126,8 @@ def render(data: dict[str, Any], links: dict[str, str]) -> str:
         f'<header><h1>zaroz units exporter</h1><span>version {escape(h["version"])}</span>'
         f"<nav>{nav}</nav></header><main>"
         f'<div class="health">{health}</div>'
-        f'<h2>Workloads <span class="muted">(percentiles over the last {window:.0f} s, '
-        f"from the exporter's histograms)</span></h2>"
+        f'<h2>Workloads <span class="muted">(worst first: slowest readiness p95; percentiles '
+        f"over the last {window:.0f} s, from the exporter's histograms)</span></h2>"
         f'<div class="grid">{cards or "<p class=muted>no workloads yet</p>"}</div>{more}'
         f"{signals}</main></body></html>"
     )

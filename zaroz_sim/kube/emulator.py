@@ -9,21 +9,26 @@ object store lives in `kube_store`, selectors in `kube_select`, scripted faults 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
+import functools
 import random
 import re
 import time
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
 
+from zaroz_sim.kube import discovery, namespaces, table
+from zaroz_sim.kube.crds import CrdRecord
+from zaroz_sim.kube.discovery import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
+from zaroz_sim.kube.lists import decode_continue, encode_continue, list_body
+from zaroz_sim.kube.params import bad_request, bool_param, check_list_options
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
 from zaroz_sim.kube.store import (
     API_VERSION,
@@ -35,25 +40,37 @@ from zaroz_sim.kube.store import (
     KubeError,
     Obj,
     ObjectStore,
+    rfc3339_s,
 )
-from zaroz_sim.kube.watch import bad_request, close_transport, int_param, serve_watch
+from zaroz_sim.kube.validate import StructuralSchema
+from zaroz_sim.kube.watch import close_transport, serve_watch
+from zaroz_sim.kube.writes import APPLY_PATCH, WriteOptions, Writer, manager_from_agent
 
 __all__ = ["KubeEmulator", "KubeError", "KubeFaultKind", "KubeFaults", "KubeRequest",
            "decode_continue", "encode_continue"]  # fmt: skip
 
 _PREFIX = f"/apis/{GROUP}/{VERSION}"
 _PATH = re.compile(rf"{_PREFIX}(?:/namespaces/([^/]+))?/{PLURAL}(?:/([^/]+)(/status)?)?/?")
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
             504: "Timeout"}  # fmt: skip
-_CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this "
-    "response to retrieve the remainder of the results. Continuing with the provided token "
-    "results in an inconsistent list - objects that were created, modified, or deleted between "
-    "the time the first chunk was returned and now may show up in the list."
-)
+
+
+_CRD_FILE = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "dev" / "crd.yaml"
+_CRD_PACKAGED = Path(__file__).resolve().parent / "crd.yaml"  # where the wheel ships it
+
+
+@functools.cache
+def default_crd() -> Obj:
+    """deploy/'s generated UnitSignal CRD (the one operators install), read once."""
+    path = _CRD_PACKAGED if _CRD_PACKAGED.exists() else _CRD_FILE
+    crd: Obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return crd
+
+
+def served_version(crd: Mapping[str, Any]) -> Obj:
+    version: Obj = next(v for v in crd["spec"]["versions"] if v["name"] == VERSION)
+    return version
 
 
 @dataclass(frozen=True)
@@ -70,23 +87,18 @@ def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> w
                         content_type="application/json")  # fmt: skip
 
 
-def encode_continue(rv: int, start: str) -> str:
-    """kube's token: base64url (no padding) of {"v","rv","start"}; start is the next key."""
-    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start})
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def decode_continue(token: str) -> tuple[int, str]:
+def _body(raw: bytes, content_type: str) -> Any:
+    """A request body: JSON, or YAML (which kube also accepts); anything else is 415."""
     try:
-        data = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if data["v"] != "meta.k8s.io/v1" or not isinstance(data["rv"], int) or data["rv"] < 1:
-            raise ValueError(data)
-        start = data["start"]
-        if not isinstance(start, str) or start.startswith("/") or ".." in start:
-            raise ValueError(start)
-        return data["rv"], start
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise bad_request(f"continue key is not valid: {exc}") from None
+        if content_type in ("application/yaml", "application/apply-patch+yaml"):
+            return yaml.safe_load(raw)
+        if content_type in ("application/json", "", "application/octet-stream"):
+            return orjson.loads(raw)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise bad_request(f"the body of the request could not be decoded: {exc}") from None
+    raise KubeError(415, "UnsupportedMediaType",
+                    'the body of the request was in an unknown format - accepted media types '
+                    'include: application/json, application/yaml')  # fmt: skip
 
 
 def fault_status(fault: KubeFault) -> web.Response:
@@ -108,24 +120,42 @@ class KubeEmulator:
         self,
         *,
         token: str | None = None,
-        history: int = 1000,
+        history: int = 100_000,
+        history_s: float = 300.0,
+        history_clock: Callable[[], float] = time.monotonic,
         clock: Callable[[], int] = time.time_ns,
         start_rv: int = 1,
         seed: int | None = None,
         bookmark_interval_s: float = 60.0,
-        watch_timeout_s: tuple[float, float] = (30.0, 60.0),
+        watch_timeout_s: tuple[float, float] = (1800.0, 3600.0),
         too_large_wait_s: float = 3.0,
         rv0_ignores_limit: bool = True,
         faults: KubeFaults | None = None,
         spec_manager: str = "kernel",
         status_manager: str = "zaroz-agent",
         crd_installed: bool = True,
+        crd: Mapping[str, Any] | None = None,
     ) -> None:
+        """`history` bounds the events kept (memory), `history_s` is how long they are kept
+        (resourceVersions and continue tokens stay valid that long); `watch_timeout_s` is the
+        range a watch without timeoutSeconds lasts (kube: 30-60 minutes); `crd` defaults to
+        deploy/'s, whose schema every write is validated against."""
         self.crd_installed = crd_installed  # False: the group/version is not served at all
+        self.crd: Obj = orjson.loads(orjson.dumps(crd if crd is not None else default_crd()))
         self.store = ObjectStore(
-            history=history, clock=clock, start_rv=start_rv, seed=seed,
-            spec_manager=spec_manager, status_manager=status_manager,
+            history=history, history_s=history_s, history_clock=history_clock, clock=clock,
+            start_rv=start_rv, seed=seed, spec_manager=spec_manager,
+            status_manager=status_manager,
         )  # fmt: skip
+        served = served_version(self.crd)
+        self.writer = Writer(self.store, StructuralSchema(served["schema"]["openAPIV3Schema"]),
+                             random.Random(seed))  # fmt: skip
+        self._columns = table.columns_of(served)
+        self.crds = CrdRecord(self.crd, random.Random(seed))
+        born = self.store.clock()
+        self._started = rfc3339_s(born)  # the cluster's birth: `default`'s creation
+        if crd_installed:
+            self.crds.install(self.store.rv, born)
         self.token = token
         self.bookmark_interval_s = bookmark_interval_s
         self.watch_timeout_s = watch_timeout_s
@@ -168,6 +198,49 @@ class KubeEmulator:
     def get(self, namespace: str, name: str) -> Obj:
         return self.store.get(namespace, name)
 
+    # The write path a real client has (validated against the CRD, 422/409 as KubeError): the
+    # methods above write as the kernel and agent always did, trusted, as a store would.
+
+    def create_object(self, namespace: str, obj: Mapping[str, Any], *,
+                      manager: str | None = None) -> Obj:  # fmt: skip
+        """POST: a whole UnitSignal (apiVersion, kind, metadata.name, spec); status dropped."""
+        self._served()
+        return self.writer.create(namespace, obj, WriteOptions(manager=manager))
+
+    def update_object(
+        self,
+        namespace: str,
+        name: str,
+        obj: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+        manager: str | None = None,
+    ) -> Obj:
+        """PUT of the object (or of its status): metadata.resourceVersion must be current."""
+        self._served()
+        return self.writer.update(namespace, name, obj, subresource=subresource,
+                                  options=WriteOptions(manager=manager))  # fmt: skip
+
+    def patch_object(
+        self,
+        namespace: str,
+        name: str,
+        patch: Any,
+        patch_type: str = "merge",
+        *,
+        subresource: str | None = None,
+        manager: str | None = None,
+    ) -> Obj:
+        """PATCH: "merge" (RFC 7386: null deletes), "json" (RFC 6902) or "apply" (needs a
+        manager), on the object or its "status" subresource."""
+        self._served()
+        return self.writer.patch(namespace, name, patch, patch_type, subresource=subresource,
+                                 options=WriteOptions(manager=manager))  # fmt: skip
+
+    def delete_object(self, namespace: str, name: str) -> Obj:
+        self._served()
+        return self.writer.delete(namespace, name)
+
     def compact(self) -> None:
         self.store.compact()
 
@@ -185,6 +258,7 @@ class KubeEmulator:
             ns, name = key.split("/", 1)
             self.store.delete(ns, name)
         self.crd_installed = False
+        self.crds.uninstall(self.store.rv)
         for queue in list(self.watches):
             queue.put_nowait(None)
 
@@ -194,6 +268,7 @@ class KubeEmulator:
         if not self.crd_installed:
             self.crd_installed = True
             self.store.compact()
+            self.crds.install(self.store.rv, self.store.clock())
 
     @property
     def resource_version(self) -> int:
@@ -216,6 +291,7 @@ class KubeEmulator:
         return self.url
 
     async def stop(self) -> None:
+        self.crds.stop()
         for queue in list(self.watches):
             queue.put_nowait(None)
         if self._runner is not None:
@@ -224,36 +300,50 @@ class KubeEmulator:
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def _classify(self, request: web.Request) -> tuple[str, str | None, str | None]:
+    def _classify(self, request: web.Request) -> tuple[str, str | None, str | None, str | None]:
+        """(request kind, namespace, name, subresource): the kind is the verb kube would log
+        (get, list, watch, create, update, patch, delete, deletecollection), or "discovery",
+        "other" (no such resource: 404) or "method" (a resource that has no such verb: 405)."""
         if request.path.rstrip("/") == _PREFIX:
-            return "discovery", None, None
+            return "discovery", None, None, None
         m = _PATH.fullmatch(request.path)
         if m is None or (m[1] is None and m[2] is not None):
-            return "other", None, None
-        watch = request.query.get("watch", "")
-        if watch and watch not in _TRUE | _FALSE:
-            return "other", None, None
-        if watch in _TRUE:
-            return "watch", m[1], m[2]
-        return ("get" if m[2] else "list"), m[1], m[2]
+            return "other", None, None, None
+        ns, name, sub = m[1], m[2], ("status" if m[3] else None)
+        method = request.method
+        if method == "GET":
+            if bool_param(request.query, "watch") and sub is None:
+                return "watch", ns, name, sub
+            return ("get" if name else "list"), ns, name, sub
+        verb = {("POST", False): "create", ("PUT", True): "update", ("PATCH", True): "patch",
+                ("DELETE", True): "delete", ("DELETE", False): "deletecollection",
+                }.get((method, name is not None))  # fmt: skip
+        if verb is None or ns is None or (sub is not None and verb == "delete"):
+            return "method", ns, name, sub
+        return verb, ns, name, sub
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        kind, ns, name = self._classify(request)
-        self.requests[kind] += 1
-        self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
-        if self.token is not None and request.headers.get("Authorization") != (
-            f"Bearer {self.token}"
-        ):
-            return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        meta = self._meta_kind(request.path)
+        if meta is not None:
+            return await self._handle_meta(request, meta)
+        kind, ns, name, sub = self._classify(request)
+        refused = self._admit(request, kind)
+        if refused is not None:
+            return refused
         try:
-            if request.method != "GET":
-                raise KubeError(405, "MethodNotAllowed",
-                                f"the server does not allow this method on the requested resource"
-                                f" ({request.method})")  # fmt: skip
             if kind == "other" or not self.crd_installed:
                 raise KubeError(404, "NotFound", "the server could not find the requested resource")
+            if kind == "method":
+                raise KubeError(405, "MethodNotAllowed",
+                                "the server does not allow this method on the requested resource"
+                                f" ({request.method})")  # fmt: skip
             if kind == "discovery":
                 return _json(200, self._discovery())
+            if kind in _WRITES:
+                assert ns is not None
+                return await self._write_request(request, kind, ns, name, sub)
+            if kind in ("list", "watch"):
+                check_list_options(request.query, watch=kind == "watch")
             fault = self.faults.take(kind, has_continue=bool(request.query.get("continue")))
             if fault is not None:
                 if fault.kind is KubeFaultKind.STATUS:
@@ -267,26 +357,127 @@ class KubeEmulator:
                 return await self._watch(request, ns, name, fault)
             if fault is not None and fault.kind is KubeFaultKind.SLOW:
                 await asyncio.sleep(fault.delay_s)
+            as_table = table.wants_table(request.headers.get("Accept", "")) is not None
             if kind == "get":
                 assert ns is not None and name is not None
                 body = self.store.get_raw(ns, name)
+                if as_table:
+                    body = orjson.dumps(self._table([self.store.get(ns, name)], request.query))
             else:
-                body = await self._list(request.query, ns, fault)
+                body = await self._list(request.query, ns, fault, as_table=as_table)
             return await self._send_body(request, body, fault)
         except KubeError as err:
             return _json(err.code, err.status())
 
+    async def _write_request(self, request: web.Request, kind: str, ns: str, name: str | None,
+                             sub: str | None) -> web.Response:  # fmt: skip
+        """POST, PUT, PATCH, DELETE: the body decoded by its content type, then `writer`."""
+        query = request.query
+        validation = query.get("fieldValidation", "Warn") or "Warn"
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise bad_request(f'fieldValidation: Unsupported value: "{validation}": supported '
+                              'values: "Ignore", "Strict", "Warn"')  # fmt: skip
+        dry = query.getall("dryRun", [])
+        if any(d != "All" for d in dry):
+            raise bad_request(f'dryRun: Unsupported value: "{dry[0]}": supported values: "All"')
+        opts = WriteOptions(manager=query.get("fieldManager")
+                            or manager_from_agent(request.headers.get("User-Agent", "")),
+                            dry_run=bool(dry), field_validation=validation)  # fmt: skip
+        raw = await request.read()
+        ctype = request.content_type
+        status = 200
+        if kind == "patch":
+            assert name is not None
+            if query.get("fieldManager") is None and ctype == APPLY_PATCH:
+                opts.manager = None  # apply needs it given
+            obj = self.writer.patch(ns, name, raw, ctype, subresource=sub, options=opts)
+            status = 201 if opts.created else 200
+        elif kind in ("delete", "deletecollection"):
+            options = _body(raw, ctype) if raw else {}
+            if kind == "delete":
+                assert name is not None
+                obj = self.writer.delete(ns, name, options, dry_run=opts.dry_run)
+            else:
+                obj = await self._delete_collection(query, ns, opts.dry_run)
+        else:
+            body = _body(raw, ctype)
+            if kind == "create":
+                obj = self.writer.create(ns, body, opts)
+                status = 201 if not opts.dry_run else 200
+            else:
+                assert name is not None
+                obj = self.writer.update(ns, name, body, subresource=sub, options=opts)
+        headers = {"Warning": ", ".join(f'299 - {orjson.dumps(w).decode()}'
+                                        for w in opts.warnings)} if opts.warnings else None
+        return _json(status, obj, headers)
+
+    async def _delete_collection(self, query: Mapping[str, str], ns: str, dry_run: bool) -> Obj:
+        """DELETE of the collection: every object the selectors match, in one answer."""
+        try:
+            labels = parse_label_selector(query.get("labelSelector"))
+            fields = parse_field_selector(query.get("fieldSelector"))
+        except SelectorError as exc:
+            raise bad_request(str(exc)) from None
+        view = self.store.current()
+        chosen = [key for key in view.keys if key.startswith(f"{ns}/")
+                  and labels(view.objects[key]["metadata"].get("labels", {}))
+                  and fields(view.objects[key])]  # fmt: skip
+        items = [self.writer.delete(ns, key.split("/", 1)[1], dry_run=dry_run) for key in chosen]
+        return {"apiVersion": API_VERSION, "kind": f"{KIND}List",
+                "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}  # fmt: skip
+
+    # -- discovery, OpenAPI, the CRD ------------------------------------------------------------
+
     @staticmethod
-    def _discovery() -> Obj:
-        verbs = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
-        resources = [
-            {"name": PLURAL, "singularName": "unitsignal", "namespaced": True, "kind": KIND,
-             "verbs": verbs},
-            {"name": f"{PLURAL}/status", "singularName": "", "namespaced": True, "kind": KIND,
-             "verbs": ["get", "patch", "update"]},
-        ]  # fmt: skip
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
-                "resources": resources}  # fmt: skip
+    def _meta_kind(path: str) -> str | None:
+        """The request kind of a path that is not the UnitSignal resource (None: it is)."""
+        path = path.rstrip("/") or "/"
+        if path in ("/version", "/api", "/api/v1", "/apis") or path.startswith("/openapi/"):
+            return "discovery"
+        if path == namespaces.PREFIX or (path.startswith(namespaces.PREFIX + "/")
+                                         and path.count("/") == 4):  # fmt: skip
+            return "namespaces"
+        if path.startswith(f"/apis/{CRD_GROUP}"):
+            rest = path[len(f"/apis/{CRD_GROUP}"):]
+            return "crd" if rest.startswith(f"/{CRD_VERSION}/{CRD_PLURAL}") else "discovery"
+        parts = path.split("/")
+        if len(parts) == 3 and parts[1] == "apis":  # /apis/<group>
+            return "discovery"
+        return None
+
+    def _admit(self, request: web.Request, kind: str) -> web.Response | None:
+        """Count and log the request; a 401 when a token is set and not the one sent."""
+        self.requests[kind] += 1
+        self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
+        if self.token is not None and request.headers.get("Authorization") != (
+            f"Bearer {self.token}"
+        ):
+            return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        return None
+
+    async def _handle_meta(self, request: web.Request, kind: str) -> web.StreamResponse:
+        refused = self._admit(request, kind)
+        if refused is not None:
+            return refused
+        try:
+            if request.method != "GET":
+                raise KubeError(405, "MethodNotAllowed",
+                                "the server does not allow this method on the requested resource"
+                                f" ({request.method})")  # fmt: skip
+            if kind == "namespaces":
+                return namespaces.serve(request, self.store.objects.values(), self._started,
+                                        self.store.rv, self.store.clock() / 1e9)  # fmt: skip
+            if kind == "crd":
+                return await self.crds.serve(request, self.store.rv, self.watch_timeout_s,
+                                             self.store.clock() / 1e9)  # fmt: skip
+            return discovery.serve(request, self.crd if self.crd_installed else None)
+        except KubeError as err:
+            return _json(err.code, err.status())
+
+    def _discovery(self) -> Obj:
+        found = discovery.resource_list(self.crd, GROUP, VERSION)
+        assert found is not None
+        return found
 
     async def _send_body(
         self, request: web.Request, body: bytes, fault: KubeFault | None
@@ -324,84 +515,37 @@ class KubeEmulator:
             await asyncio.sleep(0.02)
 
     async def _list(
-        self, query: Mapping[str, str], ns: str | None, fault: KubeFault | None
+        self,
+        query: Mapping[str, str],
+        ns: str | None,
+        fault: KubeFault | None,
+        *,
+        as_table: bool = False,
     ) -> bytes:
-        """The UnitSignalList body: the page's cached object bytes joined into `items`."""
-        try:
-            labels = parse_label_selector(query.get("labelSelector"))
-            fields = parse_field_selector(query.get("fieldSelector"))
-        except SelectorError as exc:
-            raise bad_request(str(exc)) from None
-        limit = max(0, int_param(query, "limit") or 0)
-        token = query.get("continue", "")
-        rv_text = query.get("resourceVersion", "")
-        match = query.get("resourceVersionMatch", "")
-        if match and match not in ("Exact", "NotOlderThan"):
-            raise bad_request(f'resourceVersionMatch: Unsupported value: "{match}"')
-        if match and not rv_text:
-            raise bad_request(
-                "resourceVersionMatch is forbidden unless resourceVersion is provided"
-            )
-        if match == "Exact" and rv_text == "0":
-            raise bad_request('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
-        prefix = "" if ns is None else f"{ns}/"
-        start = ""
-        if token:
-            if rv_text or match:
-                raise bad_request("specifying resource version is not allowed when using continue")
-            snap_rv, start = decode_continue(token)
-            expired = fault is not None and fault.kind is KubeFaultKind.EXPIRE_CONTINUE
-            if expired or snap_rv < self.store.floor:
-                err = KubeError(410, "Expired", _CONTINUE_EXPIRED)
-                fresh = encode_continue(self.store.rv, start)  # an inconsistent continuation
-                raise _StatusBody(410, err.status() | {"metadata": {"continue": fresh}})
-            view = self.store.snapshot(snap_rv)
-        elif rv_text in ("", "0"):
-            view = self.store.current()
-            if rv_text == "0" and self.rv0_ignores_limit:
-                limit = 0  # served from the watch cache, which ignores limit
-        else:
-            rv = int_param(query, "resourceVersion")
-            assert rv is not None
-            await self.wait_for_rv(rv)
-            if match == "Exact" or (not match and limit > 0):
-                if rv < self.store.floor:
-                    raise KubeError(
-                        410, "Expired", "The resourceVersion for the provided list is too old."
-                    )
-                view = self.store.snapshot(rv)
-            else:
-                view = self.store.current()
-        keys = view.keys
-        first = bisect_left(keys, prefix + start)
-        end = len(keys) if ns is None else bisect_left(keys, f"{ns}0")  # "0" sorts after "/"
-        items: list[bytes] = []
-        meta: Obj = {"resourceVersion": str(view.rv)}
-        for i in range(first, end):
-            key = keys[i]
-            obj = view.objects[key]
-            if labels(obj["metadata"].get("labels", {})) and fields(obj):
-                items.append(view.raw[key])
-            if limit and len(items) == limit and i + 1 < end:
-                meta["continue"] = encode_continue(view.rv, key[len(prefix) :] + "\x00")
-                if query.get("labelSelector", "") == query.get("fieldSelector", "") == "":
-                    meta["remainingItemCount"] = end - i - 1
-                break
-        head = orjson.dumps({"apiVersion": API_VERSION, "kind": f"{KIND}List", "metadata": meta})
-        return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+        def render(objects: list[Obj], meta: Obj) -> bytes:
+            return orjson.dumps(self._table(objects, query, meta))
+
+        expired = fault is not None and fault.kind is KubeFaultKind.EXPIRE_CONTINUE
+        return await list_body(self.store, query, ns, expired=expired, wait_for_rv=self.wait_for_rv,
+                               rv0_ignores_limit=self.rv0_ignores_limit,
+                               render=render if as_table else None)  # fmt: skip
+
+    def _table(self, objects: list[Obj], query: Mapping[str, str], meta: Obj | None = None,
+               *, headers: bool = True) -> Obj:  # fmt: skip
+        include = query.get("includeObject", "Metadata") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise bad_request(f'includeObject: Unsupported value: "{include}"')
+        return table.table(objects, self._columns, self.store.clock() / 1e9, meta=meta,
+                           include=include, headers=headers)  # fmt: skip
 
     async def _watch(
         self, request: web.Request, ns: str | None, name: str | None, fault: KubeFault | None
     ) -> web.StreamResponse:
-        return await serve_watch(self, request, ns, name, fault)
+        render = None
+        if table.wants_table(request.headers.get("Accept", "")) is not None:
+            query = request.query
 
+            def render(obj: Obj | bytes) -> Obj | bytes:
+                return self._table([orjson.loads(obj) if isinstance(obj, bytes) else obj], query)
 
-class _StatusBody(KubeError):
-    """A KubeError whose Status body carries extra list metadata (the 410 continue token)."""
-
-    def __init__(self, code: int, body: Obj) -> None:
-        super().__init__(code, body["reason"], body["message"])
-        self._body = body
-
-    def status(self) -> Obj:
-        return self._body
+        return await serve_watch(self, request, ns, name, fault, render)

@@ -1,9 +1,11 @@
 """The UnitSignal object store behind the emulator, with etcd-like resourceVersion semantics.
 
 One global, strictly increasing revision; every real write takes the next one and is recorded
-in a bounded history. The history serves both watches resuming from an older revision and
-consistent paginated lists (the state at revision R is the current state with the later events
-undone), so both expire together when R falls out of the window, as with etcd compaction.
+in a history kept by time (5 minutes by default: kube's watch cache holds ~75 s and etcd
+compacts every 5 minutes) and bounded in length (the memory bound). The history serves both
+watches resuming from an older revision and consistent paginated lists (the state at revision
+R is the current state with the later events undone), so both expire together when R falls out
+of the window, as with etcd compaction.
 
 Every stored version is serialised once, when it is written, and reads are served from those
 bytes: kube-apiserver does the same (its watch cache keeps each object's encoding), so a LIST
@@ -63,17 +65,34 @@ def too_old(rv: int, oldest: int) -> KubeError:
     return KubeError(410, "Expired", f"too old resource version: {rv} ({oldest})")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
-    """One write. `obj` is the object after it (DELETED: the last state, at the delete's rv)."""
+    """One write, as bytes: `raw` is the object after it (DELETED: the last state, at the
+    delete's rv), `prev_raw` the one before (None for ADDED), the same bytes objects the store
+    and the neighbouring events hold. `labels` and `prev_labels` (the objects' own label maps,
+    shared) and the key are what a watcher's selectors read; `obj` and `prev` decode on demand.
+    Minutes of history at the demo's write rate are tens of thousands of events: keeping a dict
+    per version would cost several times the bytes."""
 
     rv: int
     type: str  # ADDED | MODIFIED | DELETED
     key: str  # "namespace/name", the etcd key order lists use
-    obj: Obj
-    prev: Obj | None  # the object before (None for ADDED)
-    raw: bytes  # `obj` serialised
-    prev_raw: bytes | None  # `prev` serialised
+    raw: bytes
+    prev_raw: bytes | None
+    labels: Mapping[str, str]
+    prev_labels: Mapping[str, str] | None
+    at: float = 0.0  # when it was written, on the store's history clock (monotonic seconds)
+
+    @property
+    def obj(self) -> Obj:
+        return _obj(self.raw)
+
+    @property
+    def prev(self) -> Obj | None:
+        return None if self.prev_raw is None else _obj(self.prev_raw)
+
+
+_NO_LABELS: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -103,11 +122,11 @@ def _encode(obj: Obj) -> bytes:
     return bytes(memoryview(orjson.dumps(obj)))
 
 
-def _fields(value: Any) -> Obj:
+def fields_v1(value: Any) -> Obj:
     """FieldsV1 for a JSON value: maps recurse ("." marks the map itself), the rest are leaves."""
     if not isinstance(value, dict):
         return {}
-    return {".": {}} | {f"f:{k}": _fields(v) for k, v in value.items()}
+    return {".": {}} | {f"f:{k}": fields_v1(v) for k, v in value.items()}
 
 
 def rfc3339_s(t_ns: int) -> str:
@@ -121,7 +140,9 @@ class ObjectStore:
     def __init__(
         self,
         *,
-        history: int = 1000,
+        history: int = 100_000,
+        history_s: float = 300.0,
+        history_clock: Callable[[], float] = time.monotonic,
         clock: Callable[[], int] = time.time_ns,
         start_rv: int = 1,
         seed: int | None = None,
@@ -130,14 +151,17 @@ class ObjectStore:
     ) -> None:
         if history < 1:
             raise ValueError("history must keep at least one event")
-        self.clock = clock
+        if history_s <= 0:
+            raise ValueError("history_s must be positive")
+        self.clock = clock  # object timestamps (simulated time)
+        self.history_max, self.history_s, self.history_clock = history, history_s, history_clock
         self.spec_manager, self.status_manager = spec_manager, status_manager
         self.rv = start_rv
         self.floor = start_rv  # oldest rv a watch or a list snapshot can start from
         self.objects: dict[str, Obj] = {}  # never mutated once written (`raw` must stay true)
         self.raw: dict[str, bytes] = {}  # each object's JSON, serialised by its write
         self._keys: list[str] | None = []  # sorted(objects); None: stale (a create or delete)
-        self.history: deque[Event] = deque(maxlen=history)
+        self.history: deque[Event] = deque()
         self.listeners: set[Callable[[Event], None]] = set()
         self._rng = random.Random(seed)
 
@@ -154,6 +178,29 @@ class ObjectStore:
         manager: str | None = None,
     ) -> Obj:
         """POST: status is a subresource, so a given `status` is a second write by the agent."""
+        meta: Obj = {"name": name, "namespace": namespace}
+        if labels:
+            meta["labels"] = dict(labels)
+        obj: Obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
+                    "spec": _copy(dict(spec))}  # fmt: skip
+        result = self.add(obj, manager=manager)
+        if status is not None:
+            result = self.patch_status(namespace, name, dict(status))
+        return result
+
+    def add(
+        self,
+        obj: Obj,
+        *,
+        manager: str | None = None,
+        dry_run: bool = False,
+        applied: Obj | None = None,
+    ) -> Obj:
+        """Store a new object (its metadata.name and .namespace set; `obj` is the store's now):
+        the server's metadata (uid, generation 1, creationTimestamp, managedFields) is added.
+        `dry_run`: all of it but the write (the object as it would be, without resourceVersion)."""
+        user = obj["metadata"]
+        name, namespace = user["name"], user["namespace"]
         key = f"{namespace}/{name}"
         if key in self.objects:
             details = {"name": name, "group": GROUP, "kind": PLURAL}
@@ -162,16 +209,40 @@ class ObjectStore:
         meta: Obj = {"name": name, "namespace": namespace,
                      "uid": str(uuid.UUID(int=self._rng.getrandbits(128), version=4)),
                      "resourceVersion": "", "generation": 1, "creationTimestamp": now}  # fmt: skip
-        if labels:
-            meta["labels"] = dict(labels)
+        for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if user.get(field):
+                meta[field] = user[field]
         meta["managedFields"] = []
-        obj: Obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
-                    "spec": _copy(dict(spec))}  # fmt: skip
-        self._own(obj, manager or self.spec_manager, None, now)
-        result = self._write(key, "ADDED", obj, None)
-        if status is not None:
-            result = self.patch_status(namespace, name, dict(status))
-        return result
+        obj["metadata"] = meta
+        self._own(obj, manager or self.spec_manager, None, now, applied)
+        if dry_run:
+            return obj
+        return self._write(key, "ADDED", obj, None)
+
+    def replace(
+        self,
+        obj: Obj,
+        *,
+        manager: str | None = None,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        applied: Obj | None = None,
+    ) -> Obj:
+        """Store a new version of an existing object, prepared by the caller from a copy of the
+        current one (`obj` is the store's now). Nothing changed: a no-op (same resourceVersion),
+        as kube skips writes that change nothing but managedFields."""
+        meta = obj["metadata"]
+        key, prev = self._existing(meta["namespace"], meta["name"])
+        meta["resourceVersion"] = prev["metadata"]["resourceVersion"]
+        meta["managedFields"] = prev["metadata"].get("managedFields", [])
+        if obj == prev:
+            return _obj(self.raw[key])
+        meta["managedFields"] = _copy(meta["managedFields"])
+        default = self.status_manager if subresource == "status" else self.spec_manager
+        self._own(obj, manager or default, subresource, rfc3339_s(self.clock()), applied)
+        if dry_run:
+            return obj
+        return self._write(key, "MODIFIED", obj, prev)
 
     def update_spec(
         self, namespace: str, name: str, spec: Mapping[str, Any], *, manager: str | None = None
@@ -233,6 +304,13 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         return self._write(key, "DELETED", orjson.loads(self.raw[key]), prev)
 
+    def expire(self) -> None:
+        """Drop the events older than the window (and beyond the length bound): a watch or a
+        continue token from before them gets 410 Expired."""
+        history, oldest = self.history, self.history_clock() - self.history_s
+        while history and (len(history) > self.history_max or history[0].at < oldest):
+            self.floor = max(self.floor, history.popleft().rv)
+
     def compact(self) -> None:
         """Forget the history: resuming watches and old continue tokens now get 410."""
         self.history.clear()
@@ -248,6 +326,7 @@ class ObjectStore:
 
     def events_since(self, rv: int) -> list[Event]:
         """Every event after `rv`; 410 Expired when some of them are no longer retained."""
+        self.expire()
         if rv < self.floor:
             raise too_old(rv, self.floor + 1)
         out = []
@@ -271,8 +350,8 @@ class ObjectStore:
         objects: dict[str, Obj] = {}
         raw: dict[str, bytes] = {}
         for key, event in undone.items():
-            if event.prev is not None and event.prev_raw is not None:
-                objects[key], raw[key] = event.prev, event.prev_raw
+            if event.prev_raw is not None:
+                objects[key], raw[key] = _obj(event.prev_raw), event.prev_raw
         keys = self.current().keys
         if any(event.type != "MODIFIED" for event in undone.values()):  # created or deleted
             keys = sorted((self.objects.keys() - undone.keys()) | objects.keys())
@@ -293,24 +372,30 @@ class ObjectStore:
         return key, obj
 
     @staticmethod
-    def _own(obj: Obj, manager: str, subresource: str | None, now: str) -> None:
-        """Record `manager` as the owner of the part it wrote (spec+labels, or status)."""
-        if subresource == "status":
-            fields: Obj = {"f:status": _fields(obj.get("status", {}))}
+    def _own(
+        obj: Obj, manager: str, subresource: str | None, now: str, applied: Obj | None = None
+    ) -> None:
+        """Record `manager` as the owner of the part it wrote (spec+labels, or status); with
+        `applied` (server-side apply: the fields of its configuration), as an Apply."""
+        operation = "Update" if applied is None else "Apply"
+        if applied is not None:
+            fields = applied
+        elif subresource == "status":
+            fields = {"f:status": fields_v1(obj.get("status", {}))}
         else:
             fields = {}
             if obj["metadata"].get("labels"):
                 labels: Obj = {f"f:{k}": {} for k in obj["metadata"]["labels"]}
                 fields["f:metadata"] = {"f:labels": {".": {}} | labels}
-            fields["f:spec"] = _fields(obj["spec"])
-        entry: Obj = {"manager": manager, "operation": "Update", "apiVersion": API_VERSION,
+            fields["f:spec"] = fields_v1(obj["spec"])
+        entry: Obj = {"manager": manager, "operation": operation, "apiVersion": API_VERSION,
                       "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields}  # fmt: skip
         if subresource is not None:
             entry["subresource"] = subresource
         entries = obj["metadata"]["managedFields"]
         for i, old in enumerate(entries):
             same = (old["manager"], old.get("subresource")) == (manager, subresource)
-            if same and old["operation"] == "Update":
+            if same and old["operation"] == operation:
                 entries[i] = entry
                 return
         entries.append(entry)
@@ -327,10 +412,12 @@ class ObjectStore:
             self.objects[key], self.raw[key] = obj, raw
         if type_ != "MODIFIED":
             self._keys = None
-        if len(self.history) == self.history.maxlen:
-            self.floor = max(self.floor, self.history[0].rv)
-        event = Event(self.rv, type_, key, obj, prev, raw, prev_raw)
+        labels = obj["metadata"].get("labels") or _NO_LABELS
+        prev_labels = None if prev is None else prev["metadata"].get("labels") or _NO_LABELS
+        event = Event(self.rv, type_, key, raw, prev_raw, labels, prev_labels,
+                      self.history_clock())  # fmt: skip
         self.history.append(event)
+        self.expire()
         for listener in list(self.listeners):
             listener(event)
         return _obj(raw)

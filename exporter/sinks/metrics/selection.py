@@ -64,11 +64,31 @@ class FamilyFilter:
             return any(r.search(name) for r in self.allow)
         return not any(r.search(name) for r in self.deny)
 
+    def why_hidden(self, names: Iterable[str]) -> dict[str, list[str]]:
+        """The families of `names` not exported, grouped by why (a key of HIDDEN_BECAUSE), in
+        the order given: what the start-up log says, so no family disappears unexplained."""
+        out: dict[str, list[str]] = {}
+        for name in names:
+            if self.included(name):
+                continue
+            if name in self.opt_in_names and not any(r.search(name) for r in self.opt_in):
+                why = "opt_in"
+            else:
+                why = "allowlist" if self.allow else "denylist"
+            out.setdefault(why, []).append(name)
+        return out
+
     def unmatched(self, names: Iterable[str]) -> list[str]:
         """Patterns that match no family name: most likely typos (said at start-up)."""
         names = list(names)
         return [r.pattern for r in (*self.allow, *self.deny, *self.opt_in)
                 if not any(r.search(n) for n in names)]
 
+
+HIDDEN_BECAUSE = {
+    "opt_in": "opt-in for its cost: exported only when --metric-opt-in-list names it",
+    "allowlist": "not matched by --metric-allowlist",
+    "denylist": "matched by --metric-denylist",
+}
 
 EVERYTHING = FamilyFilter(opt_in_names=frozenset())
