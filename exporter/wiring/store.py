@@ -53,18 +53,18 @@ VERSION = 3  # the checkpoint format: 1 and 2 were checkpoint.json, converted on
 
 _TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans")
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS workloads(name TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS workloads(name TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS units(
     workload TEXT, uid TEXT, created INTEGER, ready INTEGER, started INTEGER, alloc INTEGER,
     drain INTEGER, reason TEXT, last TEXT, PRIMARY KEY(workload, uid)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pending(
-    workload TEXT, seq INTEGER, event BLOB, PRIMARY KEY(workload, seq)) WITHOUT ROWID;
+    workload TEXT, seq INTEGER, event TEXT, PRIMARY KEY(workload, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS series(
-    id INTEGER PRIMARY KEY, family TEXT, labels BLOB, value, hist BLOB);
+    id INTEGER PRIMARY KEY, family TEXT, labels TEXT, value, hist TEXT);
 CREATE TABLE IF NOT EXISTS traces(
-    id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span BLOB NOT NULL);
+    id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL);
 """
 
 # (statement, the Changes field whose rows it takes), in the order written: removals first,
@@ -95,20 +95,20 @@ class Changes:
     """The rows of one checkpoint. `full`: the store is replaced (a first save, a conversion)."""
 
     full: bool = False
-    workloads: list[tuple[str, bytes]] = field(default_factory=list)
+    workloads: list[tuple[str, str]] = field(default_factory=list)
     units: list[tuple[Any, ...]] = field(default_factory=list)
     units_gone: list[tuple[str, str]] = field(default_factory=list)
-    pending: list[tuple[str, int, bytes | None]] = field(default_factory=list)
+    pending: list[tuple[str, int, str | None]] = field(default_factory=list)
     pending_gone: list[tuple[str, int]] = field(default_factory=list)
-    series: list[tuple[str, bytes, float | None, bytes | None]] = field(default_factory=list)
-    series_gone: list[tuple[str, bytes]] = field(default_factory=list)
-    traces: list[tuple[str, str, bytes]] = field(default_factory=list)
+    series: list[tuple[str, str, float | None, str | None]] = field(default_factory=list)
+    series_gone: list[tuple[str, str]] = field(default_factory=list)
+    traces: list[tuple[str, str, str]] = field(default_factory=list)
     traces_gone: list[tuple[str, str]] = field(default_factory=list)
-    spans: list[tuple[int, bytes]] = field(default_factory=list)
+    spans: list[tuple[int, str]] = field(default_factory=list)
     spans_through: int = 0  # stored spans up to this serial are handled: they go
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
-    meta: list[tuple[str, bytes]] = field(default_factory=list)
+    meta: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self) -> int:
         """Rows written or removed."""
@@ -180,7 +180,7 @@ class Store:
             if changes.full:
                 for t in _TABLES:
                     self._run(f"DELETE FROM {t}", [()])
-                self._run("INSERT INTO meta VALUES ('v', ?)", [(orjson.dumps(VERSION),)])
+                self._run("INSERT INTO meta VALUES ('v', ?)", [(str(VERSION),)])
             for sql, name in _WRITES:
                 rows = getattr(changes, name)
                 if rows and name in _HASHED:

@@ -27,7 +27,12 @@ EVENT_GAUGES = frozenset({"zaroz_workload_desired_units"})
 NOT_RESTORED = frozenset({"zaroz_checkpoint_saves_total"})
 
 # One stored series: (family, label values as a JSON list, value or None, histogram or None).
-Row = tuple[str, bytes, float | None, bytes | None]
+Row = tuple[str, str, float | None, str | None]
+
+
+def _json(value: object) -> str:
+    # As text: orjson's bytes keep a 4 KiB buffer each, however short.
+    return orjson.dumps(value).decode()
 
 
 def _kept(fam: object) -> TypeGuard[AnyFamily]:
@@ -78,17 +83,17 @@ def track(registry: Registry, stored: set[Series | HistogramSeries] | None = Non
 
 
 def row(name: str, s: Series | HistogramSeries) -> Row:
-    key = orjson.dumps(list(s.values))
+    key = _json(list(s.values))
     if isinstance(s, HistogramSeries):
-        return name, key, None, orjson.dumps([s.counts, s.sum_ns, s.count, s.native_state()])
+        return name, key, None, _json([s.counts, s.sum_ns, s.count, s.native_state()])
     return name, key, s.value, None
 
 
-def take_changes(families: list[AnyFamily]) -> tuple[list[Row], list[tuple[str, bytes]]]:
+def take_changes(families: list[AnyFamily]) -> tuple[list[Row], list[tuple[str, str]]]:
     """The rows of the series changed since the last call, and the keys of those removed;
     from then on they count as stored. O(changes) (and the few families)."""
     rows: list[Row] = []
-    gone: list[tuple[str, bytes]] = []
+    gone: list[tuple[str, str]] = []
     for fam in families:
         changed = fam.changed
         if not changed:
@@ -97,7 +102,7 @@ def take_changes(families: list[AnyFamily]) -> tuple[list[Row], list[tuple[str, 
         for values in dict.fromkeys(s.values for s in changed):
             s = series.get(values)
             if s is None or isinstance(s, CallbackSeries):
-                gone.append((name, orjson.dumps(list(values))))
+                gone.append((name, _json(list(values))))
             else:
                 s.kept = True
                 rows.append(row(name, s))
@@ -105,7 +110,8 @@ def take_changes(families: list[AnyFamily]) -> tuple[list[Row], list[tuple[str, 
     return rows, gone
 
 
-def state_of_rows(rows: list[tuple[str, bytes, Any, bytes | None]]) -> dict[str, list[list[Any]]]:
+def state_of_rows(rows: list[tuple[str, str | bytes, Any, str | bytes | None]],
+                  ) -> dict[str, list[list[Any]]]:
     """Stored rows back into `metric_state`'s form."""
     out: dict[str, list[list[Any]]] = {}
     loads = orjson.loads
