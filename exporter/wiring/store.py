@@ -155,6 +155,7 @@ class Store:
                 db.execute("PRAGMA synchronous=FULL")
                 db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
                 db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+                db.execute("PRAGMA temp_store=MEMORY")  # no temp files: the root is read-only
                 db.executescript(_SCHEMA)
             except sqlite3.Error:
                 db.close()
