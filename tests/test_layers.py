@@ -146,6 +146,42 @@ def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Modules that import each other round a cycle (strongly connected groups of modules),
+    other than a package and the submodules it loads itself (`contract` and `detail`)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            top = min(group, key=len)
+            if len(group) > 1 and not all(m == top or m.startswith(top + ".") for m in group):
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
 def test_no_import_points_up_a_layer() -> None:
     graph = imports("exporter")
     assert len(graph) > 50  # the walk found the package
@@ -159,6 +195,12 @@ def test_no_package_cycle() -> None:
     assert package_cycles(imports("exporter")) == []
 
 
+def test_no_module_cycle() -> None:
+    """One direction is enough: within sinks/metrics, series and protobuf (encoding) <- table
+    <- family <- exposition; lazy imports count too."""
+    assert module_cycles(imports("exporter")) == []
+
+
 def test_the_checks_catch_an_upward_edge_and_a_cycle() -> None:
     graph = {"exporter.model.units": {"exporter.catalog"},
              "exporter.sources.route": {"exporter.sinks.metrics.route"},
@@ -168,6 +210,14 @@ def test_the_checks_catch_an_upward_edge_and_a_cycle() -> None:
     cyc = {"exporter.sinks.metrics.a": {"exporter.sinks.traces.b"},
            "exporter.sinks.traces.b": {"exporter.sinks.metrics.a"}}
     assert package_cycles(cyc) == [["exporter.sinks.metrics", "exporter.sinks.traces"]]
+    ring = {"exporter.sinks.metrics.family": {"exporter.sinks.metrics.protobuf"},
+            "exporter.sinks.metrics.protobuf": {"exporter.sinks.metrics.table"},
+            "exporter.sinks.metrics.table": {"exporter.sinks.metrics.family"},
+            "exporter.contract": {"exporter.contract.detail"},
+            "exporter.contract.detail": {"exporter.contract"}}
+    assert module_cycles(ring) == [["exporter.sinks.metrics.family",
+                                    "exporter.sinks.metrics.protobuf",
+                                    "exporter.sinks.metrics.table"]]
 
 
 def test_the_simulator_uses_nothing_of_the_exporter_but_its_words() -> None:

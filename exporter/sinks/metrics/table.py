@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.catalog import Metric
+from exporter.sinks.metrics.protobuf import encode_labels
 
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
@@ -164,8 +165,6 @@ class RowTable:
     def pb_labels(self, block: str) -> bytes:
         enc = self._pb_labels.get(block)
         if enc is None:
-            from exporter.sinks.metrics.protobuf import encode_labels
-
             if len(self._pb_labels) > 2 * len(self.slots) + CHUNK:
                 self._pb_labels.clear()  # rows gone since: start again
             enc = self._pb_labels[block] = encode_labels(block[1:])
