@@ -88,7 +88,7 @@ def primed_first(reg: Any) -> str:
     render of what is left. Returns the figures as text."""
     gaps = []
     t0 = last = time.perf_counter()
-    for _ in prime_steps(reg):
+    for _ in prime_steps(reg, text=False):
         now = time.perf_counter()
         gaps.append(now - last)
         last = now

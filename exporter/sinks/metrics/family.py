@@ -146,6 +146,24 @@ class Family(Generic[S]):
             self._pb_changed.clear()
             self._pb_late.clear()
 
+    def prime(self, budget: int) -> int:
+        """Render the text lines of up to `budget` series changed since the last render (ahead
+        of a scrape, in slices, so the loop stays free); returns how many are left. What the
+        scrape's render then has to do is what changed meanwhile."""
+        dirty = self.dirty
+        if not dirty:
+            return 0
+        n = min(budget, len(dirty))
+        batch = dirty[len(dirty) - n:]
+        del dirty[len(dirty) - n:]
+        for s in batch:
+            if s.line is None:
+                s.render()
+        if self._pb_parts is not None:
+            self._pb_changed += batch
+        self._body = self._pb_body = None
+        return len(dirty)
+
     def pb_prime(self, budget: int) -> int:
         """Do up to `budget` series' worth of the first protobuf scrape's work ahead of it (in
         slices, so the loop stays free); returns the work left (0: none).

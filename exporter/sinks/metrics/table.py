@@ -192,6 +192,16 @@ class RowTable:
                 parts[c] = col.render(self._chunk(c)).encode()
         return parts
 
+    def prime(self, budget: int) -> int:
+        """Render up to `budget` dirty chunks (all columns) ahead of a scrape; returns how many
+        are left (called in slices, it keeps the loop free while 100k rows render)."""
+        dirty = self.dirty
+        if len(dirty) <= budget:
+            self._render(dirty)
+        else:
+            self._render({dirty.pop() for _ in range(budget)})
+        return len(self.dirty)
+
     def refresh(self) -> None:
         """Render every dirty chunk, all columns."""
         if self.dirty:
