@@ -133,12 +133,13 @@ def _select_families(pipeline: Pipeline, families: Any) -> None:
 
 
 async def _expire_loop(running: Running, interval: float) -> None:
-    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py); the wall time of
-    the sweep is read here, never in the model."""
+    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py), in slices; the wall
+    time of the sweep is read here, never in the model."""
     clock = ExpiryClock()
     while True:
         await asyncio.sleep(interval)
-        clock.sweep(running.pipeline, running.caught_up, time.time_ns())
+        for _ in clock.sweep_steps(running.pipeline, running.caught_up, time.time_ns()):
+            await asyncio.sleep(0)  # 100k units are judged in slices: the loop stays free
 
 
 async def _collector_loop(running: Running, interval: float) -> None:
