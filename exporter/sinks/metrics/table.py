@@ -108,6 +108,14 @@ class RowTable:
         self._pb_labels: dict[str, bytes] = {}
         self.sizes: list[list[int]] = [[] for _ in self.columns]
         self.totals = [0] * len(self.columns)
+        self.watches: list[set[int]] = []  # per reader, the chunks changed since it looked
+
+    def watch(self) -> set[int]:
+        """A set that every chunk changed from now on joins (it holds every chunk at first);
+        the reader empties it as it reads them (the overview: overview/aggregates.py)."""
+        w = set(range((len(self.keys) + CHUNK - 1) >> SHIFT))
+        self.watches.append(w)
+        return w
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -127,6 +135,8 @@ class RowTable:
                     # A chunk just filled with new rows (a sync): render it now, page by page,
                     # rather than all at the first scrape.
                     filled = {slot >> SHIFT}
+                    for w in self.watches:
+                        w |= filled
                     self.stale |= filled
                     self._render(filled)
                     if self.pb_parts is not None:
@@ -140,6 +150,8 @@ class RowTable:
         self.stale.add(c)
         if self.pb_parts is not None:
             self.pb_dirty.add(c)
+        for w in self.watches:
+            w.add(c)
 
     def update(self, key: Hashable, state: Any) -> None:
         """A new state for a row already there, under the same label block."""
@@ -150,6 +162,8 @@ class RowTable:
         self.stale.add(c)
         if self.pb_parts is not None:
             self.pb_dirty.add(c)
+        for w in self.watches:
+            w.add(c)
 
     def remove(self, key: Hashable) -> None:
         slot = self.slots.pop(key, None)
@@ -161,6 +175,8 @@ class RowTable:
             self.stale.add(c)
             if self.pb_parts is not None:
                 self.pb_dirty.add(c)
+            for w in self.watches:
+                w.add(c)
 
     def pb_labels(self, block: str) -> bytes:
         enc = self._pb_labels.get(block)
