@@ -6,6 +6,10 @@ Python glue. Also times the whole CLI (interpreter start, imports, replay, rende
 of `zaroz-exporter replay` on an empty file against `python -c pass`, since replay must import
 lazily.
 
+The CLI is also run three ways on the same files in the same interleaved rounds: by default
+(text), with `--native-histogram-schema off`, and `--format protobuf` (the one output with native
+buckets): default / off is what native buckets cost a text replay (issue 23: at most 1.05).
+
 Run: python -m bench.replay [--events N] [--repeat K] [--profile]
 """
 
@@ -15,6 +19,7 @@ import argparse
 import cProfile
 import io
 import pstats
+import resource
 import shutil
 import subprocess
 import sys
@@ -25,14 +30,18 @@ from pathlib import Path
 import orjson
 
 from bench._common import OUT, child_env, header, interleaved, spread, table, timed
-from exporter.commands.replay import EXPIRE_EVERY, apply_files
+from exporter.commands.replay import EXPIRE_EVERY, apply_files, shown_native
 from exporter.contract import is_valid_event
+from exporter.sinks.metrics.exposition import Format
+from exporter.sinks.metrics.family import Registry
+from exporter.sinks.metrics.native import DEFAULT_NATIVE
 from exporter.sources.files import NOT_JSON, LogFile, read_batches, workload_of
 from exporter.wiring.events import Pipeline
 from zaroz_sim.scenario import SimConfig, Simulator
 
 NS = 1_000_000_000
 TARGET_RATIO = 1.3  # issue 14 (it was 2)
+NATIVE_TARGET = 1.05  # issue 23: text replay by default / --native-histogram-schema off
 # Modules replay must not import: the server, the tailer, the simulator, the python validator.
 HEAVY = ("aiohttp", "exporter.web.app", "exporter.commands.serve", "exporter.sources.tailer",
          "zaroz_sim", "jsonschema")
@@ -75,8 +84,19 @@ def count_lines(paths: list[Path]) -> int:
     return n
 
 
+def text_pipeline() -> Pipeline:
+    """The pipeline `replay` builds for its default (text) output."""
+    return Pipeline(Registry(native=shown_native(Format.TEXT, False, DEFAULT_NATIVE)))
+
+
 def replay_once(paths: list[Path]) -> float:
-    pipeline = Pipeline()
+    pipeline = text_pipeline()
+    return timed(lambda: apply_files(pipeline, paths, None))
+
+
+def native_once(paths: list[Path]) -> float:
+    """The same with native buckets computed (protobuf's path; text's too before issue 23)."""
+    pipeline = Pipeline(Registry(native=DEFAULT_NATIVE))
     return timed(lambda: apply_files(pipeline, paths, None))
 
 
@@ -104,7 +124,7 @@ def apply_one_by_one(pipeline: Pipeline, paths: list[Path]) -> None:
 
 
 def one_by_one_once(paths: list[Path]) -> float:
-    pipeline = Pipeline()
+    pipeline = text_pipeline()
     return timed(lambda: apply_one_by_one(pipeline, paths))
 
 
@@ -121,10 +141,16 @@ def floor_once(paths: list[Path]) -> float:
     return timed(run)
 
 
-def run_cmd(cmd: list[str]) -> float:
+def run_cmd(cmd: list[str], cpu: list[float] | None = None) -> float:
+    """Wall seconds of the command; its CPU seconds (user + system) appended to `cpu`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=child_env())
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return wall
 
 
 def entry_point() -> tuple[str, list[str]]:
@@ -169,7 +195,7 @@ def import_breakdown(cmd: list[str]) -> tuple[int, list[tuple[int, str, str]], l
 
 
 def profile_replay(paths: list[Path], top: int = 10) -> None:
-    pipeline = Pipeline()
+    pipeline = text_pipeline()
     prof = cProfile.Profile()
     prof.runcall(apply_files, pipeline, paths, None)
     buf = io.StringIO()
@@ -197,12 +223,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"log: {lines:,} lines, {size / 2**20:,.1f} MiB in {len(paths)} files; "
           f"best of {args.repeat}, interleaved", flush=True)
     floor_once(paths)  # page cache and validator warm-up
-    cli = [sys.executable, "-m", "exporter.cli", "replay", *map(str, paths)]
     cases: dict[str, Callable[[], float]] = {
         "replay (apply_files)": lambda: replay_once(paths),
         "  offer per line (alternative: before)": lambda: one_by_one_once(paths),
+        "  with native buckets (protobuf's path)": lambda: native_once(paths),
         "floor (loads + is_valid_event)": lambda: floor_once(paths),
-        "CLI `python -m exporter.cli replay`": lambda: run_cmd(cli),
     }
     cpu: dict[str, list[float]] = {name: [] for name in cases}
 
@@ -222,8 +247,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = [["measure", "best time (median, max)", "events/s", "time / floor", "best CPU",
              "CPU / floor"]]
     for name, ts in times.items():
-        c = "" if name.startswith("CLI") else f"{min(cpu[name]) * 1e3:,.1f} ms"
-        cr = "" if name.startswith("CLI") else f"{min(cpu[name]) / floor_cpu:.2f}"
+        c = f"{min(cpu[name]) * 1e3:,.1f} ms"
+        cr = f"{min(cpu[name]) / floor_cpu:.2f}"
         rows.append([name, spread(ts), f"{lines / min(ts):,.0f}", f"{min(ts) / floor:.2f}", c,
                      cr])
     print(table(rows))
@@ -235,6 +260,32 @@ def main(argv: list[str] | None = None) -> None:
     print(f"replay / floor = {ratio:.2f} (target <= {TARGET_RATIO:g}): {verdict}; offer per "
           f"line (before) / floor = {before:.2f}; in CPU time {ratio_cpu:.2f} and "
           f"{before_cpu:.2f}\n", flush=True)
+
+    cli = [sys.executable, "-m", "exporter.cli", "replay"]
+    files = [str(p) for p in paths]
+    variants = {
+        "replay FILES (text, default)": [*cli, *files],
+        "replay --native-histogram-schema off FILES": [*cli, "--native-histogram-schema", "off",
+                                                       *files],
+        "replay --format protobuf FILES (native buckets)": [*cli, "--format", "protobuf",
+                                                            *files],
+    }
+    child_cpu: dict[str, list[float]] = {n: [] for n in variants}
+    wall = interleaved({n: (lambda n=n, c=c: run_cmd(c, child_cpu[n]))
+                        for n, c in variants.items()}, args.repeat)
+    default, off = list(variants)[:2]
+    rows = [["CLI `python -m exporter.cli`", "best wall (median, max)", "wall / off",
+             "best CPU", "CPU / off"]]
+    for name, ts in wall.items():
+        rows.append([name, spread(ts), f"{min(ts) / min(wall[off]):.2f}",
+                     f"{min(child_cpu[name]):,.2f} s",
+                     f"{min(child_cpu[name]) / min(child_cpu[off]):.2f}"])
+    print(table(rows))
+    nat = min(wall[default]) / min(wall[off])
+    nat_cpu = min(child_cpu[default]) / min(child_cpu[off])
+    print(f"text replay by default / --native-histogram-schema off = {nat:.2f} wall, "
+          f"{nat_cpu:.2f} CPU (target <= {NATIVE_TARGET:g}): "
+          f"{'OK' if min(nat, nat_cpu) <= NATIVE_TARGET else 'ABOVE TARGET'}\n", flush=True)
 
     empty = OUT / "empty.jsonl"
     empty.write_bytes(b"")

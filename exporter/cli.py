@@ -123,8 +123,11 @@ def _bucket_limit(v: str) -> int:
 
 
 def _native_flags(p: argparse.ArgumentParser, scope: str = "") -> None:
+    where = ("computed for --format protobuf only, the one output that shows them" if scope
+             else "protobuf scrapes only, but kept from the start, whatever the scrapers ask "
+             "for, so that native and classic counts agree whenever protobuf is scraped")
     _add(p, "--native-histogram-schema", help="resolution of the latency histograms' native "
-         "buckets (protobuf scrapes only; classic buckets are unchanged): each power of two is "
+         f"buckets ({where}; classic buckets are unchanged): each power of two is "
          "split into 2^schema buckets, -4..8 (3: each bucket 2^(1/8) = 1.09 times the last), "
          "or off", type=_schema, default=3, scope=scope)
     _add(p, "--native-histogram-max-buckets", help="native buckets a series may hold; beyond, "

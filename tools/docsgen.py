@@ -73,6 +73,15 @@ does this:
   up with the route: the first sample a scraper sees is the caught-up baseline, and replaying
   days of retained log never shows as a burst in `rate()`/`increase()`. Readiness (`/readyz`)
   waits for the same.
+- Native histogram buckets (`--native-histogram-schema`, sent in protobuf scrapes only) are
+  kept by `serve` from its first observation, whether or not a scraper has asked for protobuf
+  yet: a scraper that turns to protobuf later (a Prometheus restarted with native histograms
+  on, one replica of a pair) sees native buckets that hold every observation the classic ones
+  hold, from its first sample, and the checkpoint carries them across restarts. Starting them
+  at the first protobuf scrape would leave out everything observed before it, which no later
+  work can restore (the buckets would not add up to the sample count). The cost is one bucket
+  index per observation; `--native-histogram-schema off` saves it. `replay` knows its one
+  output before it starts and computes native buckets only for `--format protobuf`.
 
 ## How UnitSignals are measured
 

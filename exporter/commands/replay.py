@@ -132,6 +132,15 @@ def finish_traces(pipeline: Pipeline, err: IO[str]) -> int:
     return 1 if st.dropped or st.failed_spans else 0
 
 
+def shown_native(output: bool | Format, as_summary: bool,
+                 native: NativeConfig | None) -> NativeConfig | None:
+    """Native buckets only where the output can show them: the protobuf exposition. Text and
+    OpenMetrics have no native histograms, and the summary reads the classic buckets, so
+    computing them there is work nobody sees (replay knows its one output before it starts,
+    unlike `serve`, whose next scraper may ask for protobuf)."""
+    return native if output is Format.PROTOBUF and not as_summary else None
+
+
 def run(
     files: Sequence[str],
     workload: str | None,
@@ -174,7 +183,7 @@ def run(
         cursor = Cursor()
         factory = recording(cursor)
     pipeline = Pipeline(
-        Registry(native=native),
+        Registry(native=shown_native(openmetrics, as_summary, native)),
         observer_factory=factory,
         traces=_trace_sink(otlp_endpoint) if otlp_endpoint else None,
     )

@@ -159,7 +159,9 @@ class TraceBuilder:
         self._at: str | None = None
         self._at_ns = 0
         # Set by the cluster join: unit id -> (the UnitSignal's attributes, root events waiting
-        # for the unit); read as the log's events arrive.
+        # for the unit). Read once per trace, when it opens (or is restored): after that the
+        # join pushes what changes (`cluster_attrs`, `cluster_event`), so an event costs no
+        # lookup.
         self.context: Callable[[str], tuple[Attrs | None, list[Any]] | None] | None = None
         self._on: dict[str, Callable[[_UnitTrace, str, dict[str, Any]], None]] = {
             "unit.created": self._created,
@@ -193,13 +195,11 @@ class TraceBuilder:
             u = self.units[unit_id] = _UnitTrace(
                 unit_id, trace_id_of(w, unit_id), span_id_of(w, unit_id, "unit"), at
             )
+            if self.context is not None:
+                self._pull(u)
         u.last = at
         if key is not None:
             u.key = key
-        if self.context is not None:
-            ctx = self.context(unit_id)
-            if ctx is not None:
-                self._join(u, ctx)
         # The model validated the event and calls this inside its own error handling: a field
         # read differently here must neither stop the log nor count the event as invalid.
         try:  # noqa: SIM105 - contextlib.suppress costs an object per event
@@ -209,7 +209,14 @@ class TraceBuilder:
         if type_ == "unit.destroyed":
             del self.units[unit_id]
 
-    def _join(self, u: _UnitTrace, ctx: tuple[Attrs | None, list[Any]]) -> None:
+    def _pull(self, u: _UnitTrace) -> None:
+        """What the join knew of the unit before its trace opened: its UnitSignal's attributes
+        and the generation events that waited for the trace. The only read of the join; it
+        pushes every later change to the open trace."""
+        assert self.context is not None
+        ctx = self.context(u.uid)
+        if ctx is None:
+            return
         attrs, waiting = ctx
         if attrs is not None:
             u.cluster = attrs
@@ -253,6 +260,9 @@ class TraceBuilder:
         w = self.workload
         self.units = {uid: _unit_restore(w, uid, st) for uid, st in data["units"].items()}
         self.expired = int(data["expired"])
+        if self.context is not None:  # what the join pushed to the traces this replaced
+            for u in self.units.values():
+                self._pull(u)
 
     def close_all(self, at: str | None = None) -> None:
         """End every open span (end of a replay): at `at`, or each unit's last event."""

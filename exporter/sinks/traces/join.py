@@ -3,9 +3,10 @@ namespace, name and allowlisted labels, and its root carries the UnitSignal's ge
 
 The UnitSignal model (its `tap`) says which unit each object is (`spec.unitId`, the same id as
 `unit.id` in events; the workload from the object's label, else its namespace, as the log's
-workload) and when each spec generation is written and observed by the agent. The TraceBuilder
-of that workload reads the attributes as the unit's events arrive (`context`), so either side
-may come first:
+workload) and when each spec generation is written and observed by the agent. Either side may
+come first: the TraceBuilder of that workload reads what the join holds once, when the unit's
+trace opens or is restored (`context`), and the join pushes every later change to the open trace
+(`cluster_attrs`, `cluster_event`), so a log event costs no lookup:
 
 - attributes: `k8s.namespace.name` (OpenTelemetry's Kubernetes convention),
   `zaroz.unitsignal.name`, and `zaroz.unitsignal.label.<name>` for each allowlisted label (the
