@@ -17,7 +17,7 @@ from typing import Any, cast
 from exporter.model.unitsignals import Key
 from exporter.sinks.metrics.family import Family, HistogramFamily, Watch
 from exporter.sinks.metrics.series import HistogramSeries
-from exporter.sinks.metrics.table import SHIFT, RowTable
+from exporter.sinks.metrics.table import SHIFT, RowTable, some
 
 Counts = tuple[int, ...]
 
@@ -167,8 +167,7 @@ class SignalIndex:
     def sync(self, budget: int | None = None) -> int:
         """Read up to `budget` changed chunks (all without one); returns how many are left."""
         changed, table = self.changed, self.table
-        todo = changed if budget is None or len(changed) <= budget else {
-            changed.pop() for _ in range(budget)}
+        todo = changed if budget is None else some(changed, budget)
         keys, states, lagging, invalid = table.keys, table.states, self.lagging, self.invalid
         for c in todo:
             for key in self._by_chunk.pop(c, ()):

@@ -35,6 +35,11 @@ CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few uncha
 Row = tuple[str, Any]
 
 
+def some(todo: set[int], budget: int) -> set[int]:
+    """All of `todo`, or `budget` of them taken out of it (a slice of chunks to render)."""
+    return todo if len(todo) <= budget else {todo.pop() for _ in range(budget)}
+
+
 @dataclass(frozen=True)
 class Column:
     """How one family renders the rows of a chunk. `live`: rows whose value is read at each
@@ -204,11 +209,7 @@ class RowTable:
     def prime(self, budget: int) -> int:
         """Render up to `budget` dirty chunks (all columns) ahead of a scrape; returns how many
         are left (called in slices, it keeps the loop free while 100k rows render)."""
-        dirty = self.dirty
-        if len(dirty) <= budget:
-            self._render(dirty)
-        else:
-            self._render({dirty.pop() for _ in range(budget)})
+        self._render(some(self.dirty, budget))
         return len(self.dirty)
 
     def refresh(self) -> None:
@@ -280,11 +281,7 @@ class RowTable:
         if self.pb_parts is None:
             self.pb_parts = [[] for _ in self.columns]
             self.pb_dirty = set(range((len(self.keys) + CHUNK - 1) >> SHIFT))
-        todo = self.pb_dirty
-        if len(todo) <= budget:
-            self._pb_render(todo)
-        else:
-            self._pb_render({todo.pop() for _ in range(budget)})
+        self._pb_render(some(self.pb_dirty, budget))
         return len(self.pb_dirty)
 
     def _pb_render(self, chunks: set[int]) -> None:
