@@ -183,10 +183,29 @@ def _load_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _absent_is_null(node: dict[str, Any]) -> dict[str, Any]:
+    """A nullable property is not required: the API server applies a merge patch by RFC 7386,
+    where null deletes the key, so a status the agent patched a field of to null lacks it, and
+    a CRD requiring it would refuse that patch (the contract's "present, null" cannot hold on
+    the server; the exporter reads an absent field as null)."""
+    props = node.get("properties", {})
+    if "required" in node:
+        node["required"] = [k for k in node["required"] if not props.get(k, {}).get("nullable")]
+        if not node["required"]:
+            del node["required"]
+    for child in props.values():
+        _absent_is_null(child)
+    return node
+
+
 def crd() -> dict[str, Any]:
     """The UnitSignal CRD (platform.md section 1) with its schema derived from the contract."""
     spec = to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec")
-    status = to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status")
+    status = _absent_is_null(
+        to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status"))
+    status["description"] += (" On the API server a merge patch's null deletes the key, so "
+                              "this CRD requires none of the nullable fields: read an absent "
+                              "one as null.")
     schema = {
         "type": "object",
         "description": "A unit's contract (spec, written by the kernel) and the agent's report "
