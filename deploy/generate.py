@@ -184,28 +184,27 @@ def _load_json(path: Path) -> Any:
 
 
 def _absent_is_null(node: dict[str, Any]) -> dict[str, Any]:
-    """A nullable property is not required: the API server applies a merge patch by RFC 7386,
-    where null deletes the key, so a status the agent patched a field of to null lacks it, and
-    a CRD requiring it would refuse that patch (the contract's "present, null" cannot hold on
-    the server; the exporter reads an absent field as null)."""
+    """Drop nullable properties from `required`, recursively: the agent and the kernel write by
+    JSON merge patch, where (RFC 7386) `null` deletes the key, so a real object lacks what was
+    last patched to null, and a CRD requiring it would refuse the very patch that wrote it."""
     props = node.get("properties", {})
+    for child in props.values():
+        _absent_is_null(child)
+    if isinstance(node.get("items"), dict):
+        _absent_is_null(node["items"])
     if "required" in node:
         node["required"] = [k for k in node["required"] if not props.get(k, {}).get("nullable")]
         if not node["required"]:
             del node["required"]
-    for child in props.values():
-        _absent_is_null(child)
     return node
 
 
 def crd() -> dict[str, Any]:
     """The UnitSignal CRD (platform.md section 1) with its schema derived from the contract."""
-    spec = to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec")
+    spec = _absent_is_null(
+        to_structural(_load_json(SCHEMAS / "unit-signal-spec.schema.json"), "spec"))
     status = _absent_is_null(
         to_structural(_load_json(SCHEMAS / "unit-signal-status.schema.json"), "status"))
-    status["description"] += (" On the API server a merge patch's null deletes the key, so "
-                              "this CRD requires none of the nullable fields: read an absent "
-                              "one as null.")
     schema = {
         "type": "object",
         "description": "A unit's contract (spec, written by the kernel) and the agent's report "

@@ -256,8 +256,8 @@ async def test_expired_continue_is_410(kube: tuple[KubeEmulator, Client]) -> Non
     status, body, _ = await client.get(ALL, limit=2, **{"continue": token})
     assert status == 410 and body["reason"] == "Expired" and body["code"] == 410
     assert body["kind"] == "Status" and body["status"] == "Failure"
-    fresh = body["metadata"]["continue"]  # the inconsistent continuation kube offers
-    assert decode_continue(fresh) == (emu.resource_version, "ns/u1\x00")
+    fresh = body["metadata"]["continue"]  # the inconsistent continuation kube offers: rv -1
+    assert decode_continue(fresh) == (-1, "ns/u1\x00")
     status, body, _ = await client.get(ALL, limit=10, **{"continue": fresh})
     assert status == 200 and names(body["items"]) == [f"ns/u{i}" for i in range(2, 6)]
 
@@ -295,15 +295,17 @@ async def test_list_resource_version_semantics(kube: tuple[KubeEmulator, Client]
     status, body, _ = await client.get(ALL, resourceVersion=emu.resource_version + 5)
     assert status == 504 and body["reason"] == "Timeout"
     assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
-    for params in (
-        {"resourceVersionMatch": "Exact"},
+    for params in (  # kube: ListOptions that fail validation are 422 Invalid, see below
         {"resourceVersion": "x"},
-        {"resourceVersion": 0, "resourceVersionMatch": "Exact"},
         {"labelSelector": "a in b"},
         {"fieldSelector": "spec.key=1"},
     ):
         status, body, _ = await client.get(ALL, **params)
         assert status == 400 and body["reason"] == "BadRequest", params
+    for params in ({"resourceVersionMatch": "Exact"},
+                   {"resourceVersion": 0, "resourceVersionMatch": "Exact"}):
+        status, body, _ = await client.get(ALL, **params)
+        assert status == 422 and body["details"]["kind"] == "ListOptions", params
 
 
 async def test_bodies_are_the_objects_as_written_at_that_version(

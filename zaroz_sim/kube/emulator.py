@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import random
 import re
 import time
@@ -18,12 +19,15 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 from aiohttp import web
 
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
+from zaroz_sim.kube.params import bad_request, bool_param, check_list_options, int_param
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
 from zaroz_sim.kube.store import (
     API_VERSION,
@@ -36,15 +40,16 @@ from zaroz_sim.kube.store import (
     Obj,
     ObjectStore,
 )
-from zaroz_sim.kube.watch import bad_request, close_transport, int_param, serve_watch
+from zaroz_sim.kube.validate import StructuralSchema
+from zaroz_sim.kube.watch import close_transport, serve_watch
+from zaroz_sim.kube.writes import APPLY_PATCH, WriteOptions, Writer, manager_from_agent
 
 __all__ = ["KubeEmulator", "KubeError", "KubeFaultKind", "KubeFaults", "KubeRequest",
            "decode_continue", "encode_continue"]  # fmt: skip
 
 _PREFIX = f"/apis/{GROUP}/{VERSION}"
 _PATH = re.compile(rf"{_PREFIX}(?:/namespaces/([^/]+))?/{PLURAL}(?:/([^/]+)(/status)?)?/?")
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
             504: "Timeout"}  # fmt: skip
 _CONTINUE_EXPIRED = (
@@ -54,6 +59,23 @@ _CONTINUE_EXPIRED = (
     "results in an inconsistent list - objects that were created, modified, or deleted between "
     "the time the first chunk was returned and now may show up in the list."
 )
+
+
+_CRD_FILE = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "dev" / "crd.yaml"
+_CRD_PACKAGED = Path(__file__).resolve().parent / "crd.yaml"  # where the wheel ships it
+
+
+@functools.cache
+def default_crd() -> Obj:
+    """deploy/'s generated UnitSignal CRD (the one operators install), read once."""
+    path = _CRD_PACKAGED if _CRD_PACKAGED.exists() else _CRD_FILE
+    crd: Obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return crd
+
+
+def served_version(crd: Mapping[str, Any]) -> Obj:
+    version: Obj = next(v for v in crd["spec"]["versions"] if v["name"] == VERSION)
+    return version
 
 
 @dataclass(frozen=True)
@@ -70,8 +92,24 @@ def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> w
                         content_type="application/json")  # fmt: skip
 
 
+def _body(raw: bytes, content_type: str) -> Any:
+    """A request body: JSON, or YAML (which kube also accepts); anything else is 415."""
+    try:
+        if content_type in ("application/yaml", "application/apply-patch+yaml"):
+            return yaml.safe_load(raw)
+        if content_type in ("application/json", "", "application/octet-stream"):
+            return orjson.loads(raw)
+    except (orjson.JSONDecodeError, yaml.YAMLError) as exc:
+        raise bad_request(f"the body of the request could not be decoded: {exc}") from None
+    raise KubeError(415, "UnsupportedMediaType",
+                    'the body of the request was in an unknown format - accepted media types '
+                    'include: application/json, application/yaml')  # fmt: skip
+
+
 def encode_continue(rv: int, start: str) -> str:
-    """kube's token: base64url (no padding) of {"v","rv","start"}; start is the next key."""
+    """kube's token: base64url (no padding) of {"v","rv","start"}; start is the next key. An rv
+    of -1 (what a 410 offers, as the etcd3 store's handleCompactedErrorForPaging) continues at
+    the latest revision: an inconsistent list, by the client's choice."""
     raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start})
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
@@ -79,8 +117,10 @@ def encode_continue(rv: int, start: str) -> str:
 def decode_continue(token: str) -> tuple[int, str]:
     try:
         data = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if data["v"] != "meta.k8s.io/v1" or not isinstance(data["rv"], int) or data["rv"] < 1:
+        if data["v"] != "meta.k8s.io/v1" or not isinstance(data["rv"], int):
             raise ValueError(data)
+        if data["rv"] == 0 or data["rv"] < -1:
+            raise ValueError(f"invalid resource version {data['rv']} in continue token")
         start = data["start"]
         if not isinstance(start, str) or start.startswith("/") or ".." in start:
             raise ValueError(start)
@@ -108,24 +148,35 @@ class KubeEmulator:
         self,
         *,
         token: str | None = None,
-        history: int = 1000,
+        history: int = 100_000,
+        history_s: float = 300.0,
+        history_clock: Callable[[], float] = time.monotonic,
         clock: Callable[[], int] = time.time_ns,
         start_rv: int = 1,
         seed: int | None = None,
         bookmark_interval_s: float = 60.0,
-        watch_timeout_s: tuple[float, float] = (30.0, 60.0),
+        watch_timeout_s: tuple[float, float] = (1800.0, 3600.0),
         too_large_wait_s: float = 3.0,
         rv0_ignores_limit: bool = True,
         faults: KubeFaults | None = None,
         spec_manager: str = "kernel",
         status_manager: str = "zaroz-agent",
         crd_installed: bool = True,
+        crd: Mapping[str, Any] | None = None,
     ) -> None:
+        """`history` bounds the events kept (memory), `history_s` is how long they are kept
+        (resourceVersions and continue tokens stay valid that long); `watch_timeout_s` is the
+        range a watch without timeoutSeconds lasts (kube: 30-60 minutes); `crd` defaults to
+        deploy/'s, whose schema every write is validated against."""
         self.crd_installed = crd_installed  # False: the group/version is not served at all
+        self.crd: Obj = orjson.loads(orjson.dumps(crd if crd is not None else default_crd()))
         self.store = ObjectStore(
-            history=history, clock=clock, start_rv=start_rv, seed=seed,
-            spec_manager=spec_manager, status_manager=status_manager,
+            history=history, history_s=history_s, history_clock=history_clock, clock=clock,
+            start_rv=start_rv, seed=seed, spec_manager=spec_manager,
+            status_manager=status_manager,
         )  # fmt: skip
+        schema = served_version(self.crd)["schema"]["openAPIV3Schema"]
+        self.writer = Writer(self.store, StructuralSchema(schema), random.Random(seed))
         self.token = token
         self.bookmark_interval_s = bookmark_interval_s
         self.watch_timeout_s = watch_timeout_s
@@ -167,6 +218,49 @@ class KubeEmulator:
 
     def get(self, namespace: str, name: str) -> Obj:
         return self.store.get(namespace, name)
+
+    # The write path a real client has (validated against the CRD, 422/409 as KubeError): the
+    # methods above write as the kernel and agent always did, trusted, as a store would.
+
+    def create_object(self, namespace: str, obj: Mapping[str, Any], *,
+                      manager: str | None = None) -> Obj:  # fmt: skip
+        """POST: a whole UnitSignal (apiVersion, kind, metadata.name, spec); status dropped."""
+        self._served()
+        return self.writer.create(namespace, obj, WriteOptions(manager=manager))
+
+    def update_object(
+        self,
+        namespace: str,
+        name: str,
+        obj: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+        manager: str | None = None,
+    ) -> Obj:
+        """PUT of the object (or of its status): metadata.resourceVersion must be current."""
+        self._served()
+        return self.writer.update(namespace, name, obj, subresource=subresource,
+                                  options=WriteOptions(manager=manager))  # fmt: skip
+
+    def patch_object(
+        self,
+        namespace: str,
+        name: str,
+        patch: Any,
+        patch_type: str = "merge",
+        *,
+        subresource: str | None = None,
+        manager: str | None = None,
+    ) -> Obj:
+        """PATCH: "merge" (RFC 7386: null deletes), "json" (RFC 6902) or "apply" (needs a
+        manager), on the object or its "status" subresource."""
+        self._served()
+        return self.writer.patch(namespace, name, patch, patch_type, subresource=subresource,
+                                 options=WriteOptions(manager=manager))  # fmt: skip
+
+    def delete_object(self, namespace: str, name: str) -> Obj:
+        self._served()
+        return self.writer.delete(namespace, name)
 
     def compact(self) -> None:
         self.store.compact()
@@ -224,21 +318,30 @@ class KubeEmulator:
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def _classify(self, request: web.Request) -> tuple[str, str | None, str | None]:
+    def _classify(self, request: web.Request) -> tuple[str, str | None, str | None, str | None]:
+        """(request kind, namespace, name, subresource): the kind is the verb kube would log
+        (get, list, watch, create, update, patch, delete, deletecollection), or "discovery",
+        "other" (no such resource: 404) or "method" (a resource that has no such verb: 405)."""
         if request.path.rstrip("/") == _PREFIX:
-            return "discovery", None, None
+            return "discovery", None, None, None
         m = _PATH.fullmatch(request.path)
         if m is None or (m[1] is None and m[2] is not None):
-            return "other", None, None
-        watch = request.query.get("watch", "")
-        if watch and watch not in _TRUE | _FALSE:
-            return "other", None, None
-        if watch in _TRUE:
-            return "watch", m[1], m[2]
-        return ("get" if m[2] else "list"), m[1], m[2]
+            return "other", None, None, None
+        ns, name, sub = m[1], m[2], ("status" if m[3] else None)
+        method = request.method
+        if method == "GET":
+            if bool_param(request.query, "watch") and sub is None:
+                return "watch", ns, name, sub
+            return ("get" if name else "list"), ns, name, sub
+        verb = {("POST", False): "create", ("PUT", True): "update", ("PATCH", True): "patch",
+                ("DELETE", True): "delete", ("DELETE", False): "deletecollection",
+                }.get((method, name is not None))  # fmt: skip
+        if verb is None or ns is None or (sub is not None and verb == "delete"):
+            return "method", ns, name, sub
+        return verb, ns, name, sub
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        kind, ns, name = self._classify(request)
+        kind, ns, name, sub = self._classify(request)
         self.requests[kind] += 1
         self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
         if self.token is not None and request.headers.get("Authorization") != (
@@ -246,14 +349,19 @@ class KubeEmulator:
         ):
             return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
         try:
-            if request.method != "GET":
-                raise KubeError(405, "MethodNotAllowed",
-                                f"the server does not allow this method on the requested resource"
-                                f" ({request.method})")  # fmt: skip
             if kind == "other" or not self.crd_installed:
                 raise KubeError(404, "NotFound", "the server could not find the requested resource")
+            if kind == "method":
+                raise KubeError(405, "MethodNotAllowed",
+                                "the server does not allow this method on the requested resource"
+                                f" ({request.method})")  # fmt: skip
             if kind == "discovery":
                 return _json(200, self._discovery())
+            if kind in _WRITES:
+                assert ns is not None
+                return await self._write_request(request, kind, ns, name, sub)
+            if kind in ("list", "watch"):
+                check_list_options(request.query, watch=kind == "watch")
             fault = self.faults.take(kind, has_continue=bool(request.query.get("continue")))
             if fault is not None:
                 if fault.kind is KubeFaultKind.STATUS:
@@ -275,6 +383,63 @@ class KubeEmulator:
             return await self._send_body(request, body, fault)
         except KubeError as err:
             return _json(err.code, err.status())
+
+    async def _write_request(self, request: web.Request, kind: str, ns: str, name: str | None,
+                             sub: str | None) -> web.Response:  # fmt: skip
+        """POST, PUT, PATCH, DELETE: the body decoded by its content type, then `writer`."""
+        query = request.query
+        validation = query.get("fieldValidation", "Warn") or "Warn"
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise bad_request(f'fieldValidation: Unsupported value: "{validation}": supported '
+                              'values: "Ignore", "Strict", "Warn"')  # fmt: skip
+        dry = query.getall("dryRun", [])
+        if any(d != "All" for d in dry):
+            raise bad_request(f'dryRun: Unsupported value: "{dry[0]}": supported values: "All"')
+        opts = WriteOptions(manager=query.get("fieldManager")
+                            or manager_from_agent(request.headers.get("User-Agent", "")),
+                            dry_run=bool(dry), field_validation=validation)  # fmt: skip
+        raw = await request.read()
+        ctype = request.content_type
+        status = 200
+        if kind == "patch":
+            assert name is not None
+            if query.get("fieldManager") is None and ctype == APPLY_PATCH:
+                opts.manager = None  # apply needs it given
+            obj = self.writer.patch(ns, name, raw, ctype, subresource=sub, options=opts)
+            status = 201 if opts.created else 200
+        elif kind in ("delete", "deletecollection"):
+            options = _body(raw, ctype) if raw else {}
+            if kind == "delete":
+                assert name is not None
+                obj = self.writer.delete(ns, name, options, dry_run=opts.dry_run)
+            else:
+                obj = await self._delete_collection(query, ns, opts.dry_run)
+        else:
+            body = _body(raw, ctype)
+            if kind == "create":
+                obj = self.writer.create(ns, body, opts)
+                status = 201 if not opts.dry_run else 200
+            else:
+                assert name is not None
+                obj = self.writer.update(ns, name, body, subresource=sub, options=opts)
+        headers = {"Warning": ", ".join(f'299 - {orjson.dumps(w).decode()}'
+                                        for w in opts.warnings)} if opts.warnings else None
+        return _json(status, obj, headers)
+
+    async def _delete_collection(self, query: Mapping[str, str], ns: str, dry_run: bool) -> Obj:
+        """DELETE of the collection: every object the selectors match, in one answer."""
+        try:
+            labels = parse_label_selector(query.get("labelSelector"))
+            fields = parse_field_selector(query.get("fieldSelector"))
+        except SelectorError as exc:
+            raise bad_request(str(exc)) from None
+        view = self.store.current()
+        chosen = [key for key in view.keys if key.startswith(f"{ns}/")
+                  and labels(view.objects[key]["metadata"].get("labels", {}))
+                  and fields(view.objects[key])]  # fmt: skip
+        items = [self.writer.delete(ns, key.split("/", 1)[1], dry_run=dry_run) for key in chosen]
+        return {"apiVersion": API_VERSION, "kind": f"{KIND}List",
+                "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}  # fmt: skip
 
     @staticmethod
     def _discovery() -> Obj:
@@ -336,14 +501,6 @@ class KubeEmulator:
         token = query.get("continue", "")
         rv_text = query.get("resourceVersion", "")
         match = query.get("resourceVersionMatch", "")
-        if match and match not in ("Exact", "NotOlderThan"):
-            raise bad_request(f'resourceVersionMatch: Unsupported value: "{match}"')
-        if match and not rv_text:
-            raise bad_request(
-                "resourceVersionMatch is forbidden unless resourceVersion is provided"
-            )
-        if match == "Exact" and rv_text == "0":
-            raise bad_request('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
         prefix = "" if ns is None else f"{ns}/"
         start = ""
         if token:
@@ -351,11 +508,12 @@ class KubeEmulator:
                 raise bad_request("specifying resource version is not allowed when using continue")
             snap_rv, start = decode_continue(token)
             expired = fault is not None and fault.kind is KubeFaultKind.EXPIRE_CONTINUE
-            if expired or snap_rv < self.store.floor:
+            self.store.expire()
+            if expired or (snap_rv != -1 and snap_rv < self.store.floor):
                 err = KubeError(410, "Expired", _CONTINUE_EXPIRED)
-                fresh = encode_continue(self.store.rv, start)  # an inconsistent continuation
+                fresh = encode_continue(-1, start)  # an inconsistent continuation, as kube's
                 raise _StatusBody(410, err.status() | {"metadata": {"continue": fresh}})
-            view = self.store.snapshot(snap_rv)
+            view = self.store.current() if snap_rv == -1 else self.store.snapshot(snap_rv)
         elif rv_text in ("", "0"):
             view = self.store.current()
             if rv_text == "0" and self.rv0_ignores_limit:
@@ -365,6 +523,7 @@ class KubeEmulator:
             assert rv is not None
             await self.wait_for_rv(rv)
             if match == "Exact" or (not match and limit > 0):
+                self.store.expire()
                 if rv < self.store.floor:
                     raise KubeError(
                         410, "Expired", "The resourceVersion for the provided list is too old."

@@ -1,9 +1,11 @@
 """The UnitSignal object store behind the emulator, with etcd-like resourceVersion semantics.
 
 One global, strictly increasing revision; every real write takes the next one and is recorded
-in a bounded history. The history serves both watches resuming from an older revision and
-consistent paginated lists (the state at revision R is the current state with the later events
-undone), so both expire together when R falls out of the window, as with etcd compaction.
+in a history kept by time (5 minutes by default: kube's watch cache holds ~75 s and etcd
+compacts every 5 minutes) and bounded in length (the memory bound). The history serves both
+watches resuming from an older revision and consistent paginated lists (the state at revision
+R is the current state with the later events undone), so both expire together when R falls out
+of the window, as with etcd compaction.
 
 Every stored version is serialised once, when it is written, and reads are served from those
 bytes: kube-apiserver does the same (its watch cache keeps each object's encoding), so a LIST
@@ -74,6 +76,7 @@ class Event:
     prev: Obj | None  # the object before (None for ADDED)
     raw: bytes  # `obj` serialised
     prev_raw: bytes | None  # `prev` serialised
+    at: float = 0.0  # when it was written, on the store's history clock (monotonic seconds)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,9 @@ class ObjectStore:
     def __init__(
         self,
         *,
-        history: int = 1000,
+        history: int = 100_000,
+        history_s: float = 300.0,
+        history_clock: Callable[[], float] = time.monotonic,
         clock: Callable[[], int] = time.time_ns,
         start_rv: int = 1,
         seed: int | None = None,
@@ -130,14 +135,17 @@ class ObjectStore:
     ) -> None:
         if history < 1:
             raise ValueError("history must keep at least one event")
-        self.clock = clock
+        if history_s <= 0:
+            raise ValueError("history_s must be positive")
+        self.clock = clock  # object timestamps (simulated time)
+        self.history_max, self.history_s, self.history_clock = history, history_s, history_clock
         self.spec_manager, self.status_manager = spec_manager, status_manager
         self.rv = start_rv
         self.floor = start_rv  # oldest rv a watch or a list snapshot can start from
         self.objects: dict[str, Obj] = {}  # never mutated once written (`raw` must stay true)
         self.raw: dict[str, bytes] = {}  # each object's JSON, serialised by its write
         self._keys: list[str] | None = []  # sorted(objects); None: stale (a create or delete)
-        self.history: deque[Event] = deque(maxlen=history)
+        self.history: deque[Event] = deque()
         self.listeners: set[Callable[[Event], None]] = set()
         self._rng = random.Random(seed)
 
@@ -154,6 +162,22 @@ class ObjectStore:
         manager: str | None = None,
     ) -> Obj:
         """POST: status is a subresource, so a given `status` is a second write by the agent."""
+        meta: Obj = {"name": name, "namespace": namespace}
+        if labels:
+            meta["labels"] = dict(labels)
+        obj: Obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
+                    "spec": _copy(dict(spec))}  # fmt: skip
+        result = self.add(obj, manager=manager)
+        if status is not None:
+            result = self.patch_status(namespace, name, dict(status))
+        return result
+
+    def add(self, obj: Obj, *, manager: str | None = None, dry_run: bool = False) -> Obj:
+        """Store a new object (its metadata.name and .namespace set; `obj` is the store's now):
+        the server's metadata (uid, generation 1, creationTimestamp, managedFields) is added.
+        `dry_run`: all of it but the write (the object as it would be, without resourceVersion)."""
+        user = obj["metadata"]
+        name, namespace = user["name"], user["namespace"]
         key = f"{namespace}/{name}"
         if key in self.objects:
             details = {"name": name, "group": GROUP, "kind": PLURAL}
@@ -162,16 +186,39 @@ class ObjectStore:
         meta: Obj = {"name": name, "namespace": namespace,
                      "uid": str(uuid.UUID(int=self._rng.getrandbits(128), version=4)),
                      "resourceVersion": "", "generation": 1, "creationTimestamp": now}  # fmt: skip
-        if labels:
-            meta["labels"] = dict(labels)
+        for field in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if user.get(field):
+                meta[field] = user[field]
         meta["managedFields"] = []
-        obj: Obj = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
-                    "spec": _copy(dict(spec))}  # fmt: skip
+        obj["metadata"] = meta
         self._own(obj, manager or self.spec_manager, None, now)
-        result = self._write(key, "ADDED", obj, None)
-        if status is not None:
-            result = self.patch_status(namespace, name, dict(status))
-        return result
+        if dry_run:
+            return obj
+        return self._write(key, "ADDED", obj, None)
+
+    def replace(
+        self,
+        obj: Obj,
+        *,
+        manager: str | None = None,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Store a new version of an existing object, prepared by the caller from a copy of the
+        current one (`obj` is the store's now). Nothing changed: a no-op (same resourceVersion),
+        as kube skips writes that change nothing but managedFields."""
+        meta = obj["metadata"]
+        key, prev = self._existing(meta["namespace"], meta["name"])
+        meta["resourceVersion"] = prev["metadata"]["resourceVersion"]
+        meta["managedFields"] = prev["metadata"].get("managedFields", [])
+        if obj == prev:
+            return _obj(self.raw[key])
+        meta["managedFields"] = _copy(meta["managedFields"])
+        default = self.status_manager if subresource == "status" else self.spec_manager
+        self._own(obj, manager or default, subresource, rfc3339_s(self.clock()))
+        if dry_run:
+            return obj
+        return self._write(key, "MODIFIED", obj, prev)
 
     def update_spec(
         self, namespace: str, name: str, spec: Mapping[str, Any], *, manager: str | None = None
@@ -233,6 +280,13 @@ class ObjectStore:
         key, prev = self._existing(namespace, name)
         return self._write(key, "DELETED", orjson.loads(self.raw[key]), prev)
 
+    def expire(self) -> None:
+        """Drop the events older than the window (and beyond the length bound): a watch or a
+        continue token from before them gets 410 Expired."""
+        history, oldest = self.history, self.history_clock() - self.history_s
+        while history and (len(history) > self.history_max or history[0].at < oldest):
+            self.floor = max(self.floor, history.popleft().rv)
+
     def compact(self) -> None:
         """Forget the history: resuming watches and old continue tokens now get 410."""
         self.history.clear()
@@ -248,6 +302,7 @@ class ObjectStore:
 
     def events_since(self, rv: int) -> list[Event]:
         """Every event after `rv`; 410 Expired when some of them are no longer retained."""
+        self.expire()
         if rv < self.floor:
             raise too_old(rv, self.floor + 1)
         out = []
@@ -327,10 +382,9 @@ class ObjectStore:
             self.objects[key], self.raw[key] = obj, raw
         if type_ != "MODIFIED":
             self._keys = None
-        if len(self.history) == self.history.maxlen:
-            self.floor = max(self.floor, self.history[0].rv)
-        event = Event(self.rv, type_, key, obj, prev, raw, prev_raw)
+        event = Event(self.rv, type_, key, obj, prev, raw, prev_raw, self.history_clock())
         self.history.append(event)
+        self.expire()
         for listener in list(self.listeners):
             listener(event)
         return _obj(raw)

@@ -9,34 +9,17 @@ than the history is a 200 stream with one ERROR 410 event; the stream ends after
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+import random
+from collections.abc import Callable
+from typing import Protocol
 
 import orjson
 from aiohttp import web
 
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind
+from zaroz_sim.kube.params import bad_request, bool_param, int_param
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
-from zaroz_sim.kube.store import API_VERSION, KIND, Event, KubeError, Obj, too_old
-
-if TYPE_CHECKING:
-    from zaroz_sim.kube.emulator import KubeEmulator
-
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-
-
-def bad_request(message: str) -> KubeError:
-    return KubeError(400, "BadRequest", message)
-
-
-def int_param(query: Mapping[str, str], name: str) -> int | None:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return None
-    if not re.fullmatch(r"-?[0-9]+", raw):
-        raise bad_request(f"{name}: invalid value {raw!r}: must be an integer")
-    return int(raw)
+from zaroz_sim.kube.store import API_VERSION, KIND, Event, KubeError, Obj, ObjectStore, too_old
 
 
 def close_transport(request: web.Request) -> None:
@@ -100,8 +83,27 @@ class _Stream:
             raise _Closed from None
 
 
-def _bookmark(rv: int) -> Obj:
-    return {"kind": KIND, "apiVersion": API_VERSION, "metadata": {"resourceVersion": str(rv)}}
+class WatchHost(Protocol):
+    """What a watch needs of the server it runs in (the emulator), without importing it."""
+
+    store: ObjectStore
+    watches: set[asyncio.Queue[Event | None]]
+    rng: random.Random
+    watch_timeout_s: tuple[float, float]
+    bookmark_interval_s: float
+
+    async def wait_for_rv(self, rv: int) -> None: ...
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def _bookmark(rv: int, *, initial_events_end: bool = False) -> Obj:
+    """A BOOKMARK's object: only the resourceVersion (and the end-of-initial-events mark)."""
+    meta: Obj = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+    return {"kind": KIND, "apiVersion": API_VERSION, "metadata": meta}
 
 
 def _projector(
@@ -131,7 +133,7 @@ def _projector(
 
 
 async def serve_watch(
-    emu: KubeEmulator,
+    emu: WatchHost,
     request: web.Request,
     ns: str | None,
     name: str | None,
@@ -146,11 +148,16 @@ async def serve_watch(
     except SelectorError as exc:
         raise bad_request(str(exc)) from None
     timeout = int_param(query, "timeoutSeconds")
-    bookmarks = query.get("allowWatchBookmarks", "") in _TRUE
+    bookmarks = bool_param(query, "allowWatchBookmarks") is True
     rv_text = query.get("resourceVersion", "")
     since = None if rv_text in ("", "0") else int_param(query, "resourceVersion")
     if since is not None:
         await emu.wait_for_rv(since)
+    # sendInitialEvents (the streaming list; resourceVersionMatch=NotOlderThan, checked before):
+    # true sends the current state (at least as new as `since`) as ADDED events, then a BOOKMARK
+    # marked initial-events-end (if bookmarks are allowed); false sends no state at all.
+    send_initial = bool_param(query, "sendInitialEvents")
+    resume = since is not None and send_initial is not True  # from `since`, out of the history
 
     def matches(obj: Obj) -> bool:
         meta = obj["metadata"]
@@ -161,8 +168,10 @@ async def serve_watch(
     error: KubeError | None = None
     if fault is not None and fault.kind is KubeFaultKind.EXPIRE_WATCH:
         error = too_old(since if since is not None else store.rv, store.rv)
-    elif since is not None and since < store.floor:
-        error = too_old(since, store.floor + 1)
+    elif resume and since is not None:
+        store.expire()
+        if since < store.floor:
+            error = too_old(since, store.floor + 1)
 
     # Register and read the starting point with no await in between: no gap, no duplicate.
     queue: asyncio.Queue[Event | None] = asyncio.Queue()
@@ -171,10 +180,13 @@ async def serve_watch(
     if error is None:
         store.listeners.add(queue.put_nowait)
         emu.watches.add(queue)
-        if since is None:
+        if send_initial is False and since is None:
+            pass  # from now on, no state
+        elif not resume:
             initial = [(store.rv, ("ADDED", store.raw[key])) for key, obj in store.items()
                        if matches(obj)]  # fmt: skip
         else:
+            assert since is not None
             initial = [(ev.rv, project(ev)) for ev in store.events_since(since)]
             seen = since
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -197,6 +209,9 @@ async def serve_watch(
             if shown is not None:
                 await stream.send(*shown)
             seen = max(seen, rv)
+        if send_initial is True and bookmarks:
+            await stream.send("BOOKMARK", _bookmark(seen, initial_events_end=True))
+            next_bookmark = loop.time() + emu.bookmark_interval_s
         while (now := loop.time()) < deadline:
             if bookmarks and now >= next_bookmark:
                 await stream.send("BOOKMARK", _bookmark(seen))
