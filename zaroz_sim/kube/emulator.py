@@ -26,6 +26,9 @@ import orjson
 import yaml
 from aiohttp import web
 
+from zaroz_sim.kube import discovery, openapi, table
+from zaroz_sim.kube.crds import CrdRecord
+from zaroz_sim.kube.discovery import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
 from zaroz_sim.kube.params import bad_request, bool_param, check_list_options, int_param
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
@@ -175,8 +178,13 @@ class KubeEmulator:
             start_rv=start_rv, seed=seed, spec_manager=spec_manager,
             status_manager=status_manager,
         )  # fmt: skip
-        schema = served_version(self.crd)["schema"]["openAPIV3Schema"]
-        self.writer = Writer(self.store, StructuralSchema(schema), random.Random(seed))
+        served = served_version(self.crd)
+        self.writer = Writer(self.store, StructuralSchema(served["schema"]["openAPIV3Schema"]),
+                             random.Random(seed))  # fmt: skip
+        self._columns = table.columns_of(served)
+        self.crds = CrdRecord(self.crd, random.Random(seed))
+        if crd_installed:
+            self.crds.install(self.store.rv, self.store.clock())
         self.token = token
         self.bookmark_interval_s = bookmark_interval_s
         self.watch_timeout_s = watch_timeout_s
@@ -279,6 +287,7 @@ class KubeEmulator:
             ns, name = key.split("/", 1)
             self.store.delete(ns, name)
         self.crd_installed = False
+        self.crds.uninstall(self.store.rv)
         for queue in list(self.watches):
             queue.put_nowait(None)
 
@@ -288,6 +297,7 @@ class KubeEmulator:
         if not self.crd_installed:
             self.crd_installed = True
             self.store.compact()
+            self.crds.install(self.store.rv, self.store.clock())
 
     @property
     def resource_version(self) -> int:
@@ -310,6 +320,7 @@ class KubeEmulator:
         return self.url
 
     async def stop(self) -> None:
+        self.crds.stop()
         for queue in list(self.watches):
             queue.put_nowait(None)
         if self._runner is not None:
@@ -341,6 +352,9 @@ class KubeEmulator:
         return verb, ns, name, sub
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        meta = self._meta_kind(request.path)
+        if meta is not None:
+            return await self._handle_meta(request, meta)
         kind, ns, name, sub = self._classify(request)
         self.requests[kind] += 1
         self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
@@ -375,11 +389,14 @@ class KubeEmulator:
                 return await self._watch(request, ns, name, fault)
             if fault is not None and fault.kind is KubeFaultKind.SLOW:
                 await asyncio.sleep(fault.delay_s)
+            as_table = table.wants_table(request.headers.get("Accept", "")) is not None
             if kind == "get":
                 assert ns is not None and name is not None
                 body = self.store.get_raw(ns, name)
+                if as_table:
+                    body = orjson.dumps(self._table([self.store.get(ns, name)], request.query))
             else:
-                body = await self._list(request.query, ns, fault)
+                body = await self._list(request.query, ns, fault, as_table=as_table)
             return await self._send_body(request, body, fault)
         except KubeError as err:
             return _json(err.code, err.status())
@@ -441,17 +458,100 @@ class KubeEmulator:
         return {"apiVersion": API_VERSION, "kind": f"{KIND}List",
                 "metadata": {"resourceVersion": str(self.store.rv)}, "items": items}  # fmt: skip
 
+    # -- discovery, OpenAPI, the CRD ------------------------------------------------------------
+
     @staticmethod
-    def _discovery() -> Obj:
-        verbs = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
-        resources = [
-            {"name": PLURAL, "singularName": "unitsignal", "namespaced": True, "kind": KIND,
-             "verbs": verbs},
-            {"name": f"{PLURAL}/status", "singularName": "", "namespaced": True, "kind": KIND,
-             "verbs": ["get", "patch", "update"]},
-        ]  # fmt: skip
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
-                "resources": resources}  # fmt: skip
+    def _meta_kind(path: str) -> str | None:
+        """The request kind of a path that is not the UnitSignal resource (None: it is)."""
+        path = path.rstrip("/") or "/"
+        if path in ("/version", "/api", "/api/v1", "/apis") or path.startswith("/openapi/"):
+            return "discovery"
+        if path.startswith(f"/apis/{CRD_GROUP}"):
+            rest = path[len(f"/apis/{CRD_GROUP}"):]
+            return "crd" if rest.startswith(f"/{CRD_VERSION}/{CRD_PLURAL}") else "discovery"
+        parts = path.split("/")
+        if len(parts) == 3 and parts[1] == "apis":  # /apis/<group>
+            return "discovery"
+        return None
+
+    async def _handle_meta(self, request: web.Request, kind: str) -> web.StreamResponse:
+        self.requests[kind] += 1
+        self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
+        if self.token is not None and request.headers.get("Authorization") != (
+            f"Bearer {self.token}"
+        ):
+            return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        try:
+            if request.method != "GET":
+                raise KubeError(405, "MethodNotAllowed",
+                                "the server does not allow this method on the requested resource"
+                                f" ({request.method})")  # fmt: skip
+            if kind == "crd":
+                return await self._crd_request(request)
+            return self._discovery_request(request)
+        except KubeError as err:
+            return _json(err.code, err.status())
+
+    def _discovery_request(self, request: web.Request) -> web.Response:
+        path = request.path.rstrip("/")
+        crd = self.crd if self.crd_installed else None
+        accept = request.headers.get("Accept", "")
+        aggregated = discovery.wants_aggregated(accept)
+        body: Obj | None = None
+        if path == "/version":
+            body = discovery.VERSION_INFO
+        elif path in ("/api", "/apis"):
+            if aggregated is not None:
+                doc = discovery.aggregated(crd, core=path == "/api", media=aggregated)
+                return web.Response(body=orjson.dumps(doc), headers={"Content-Type": aggregated})
+            address = f"{request.host}"
+            body = (discovery.api_versions(address) if path == "/api"
+                    else discovery.api_group_list(crd))  # fmt: skip
+        elif path == "/api/v1":
+            body = discovery.core_resources()
+        elif path.startswith("/openapi/"):
+            docs = openapi.documents(crd)
+            if path == "/openapi/v3":
+                body = openapi.index(docs)
+            elif path.startswith("/openapi/v3/") and path[len("/openapi/v3/"):] in docs:
+                return web.Response(body=docs[path[len("/openapi/v3/"):]],
+                                    content_type="application/json")
+        else:
+            parts = path.split("/")[2:]  # /apis/<group>[/<version>]
+            if len(parts) == 1:
+                body = discovery.api_group(crd, parts[0])
+            elif len(parts) == 2:
+                body = discovery.resource_list(crd, parts[0], parts[1])
+        if body is None:
+            raise KubeError(404, "NotFound", "the server could not find the requested resource")
+        return _json(200, body)
+
+    async def _crd_request(self, request: web.Request) -> web.StreamResponse:
+        """apiextensions.k8s.io/v1 customresourcedefinitions: get, list, watch."""
+        rest = request.path.rstrip("/")[len(f"/apis/{CRD_GROUP}/{CRD_VERSION}/{CRD_PLURAL}"):]
+        name = rest.lstrip("/") or None
+        if name is not None and "/" in name:
+            raise KubeError(404, "NotFound", "the server could not find the requested resource")
+        if bool_param(request.query, "watch"):
+            return await self.crds.serve_watch(request, self.store.rv, name,
+                                               self.watch_timeout_s)  # fmt: skip
+        objects = [self.crds.get(name)] if name is not None else self.crds.list(
+            self.store.rv)["items"]  # fmt: skip
+        if table.wants_table(request.headers.get("Accept", "")) is not None:
+            columns = [dict(table.columns_of({})[0]),
+                       {"name": "Created At", "type": "date", "format": "", "priority": 0,
+                        "description": "", "jsonPath": ".metadata.creationTimestamp"}]
+            doc = table.table(objects, columns, self.store.clock() / 1e9,
+                              meta={"resourceVersion": str(self.store.rv)})  # fmt: skip
+            for row, obj in zip(doc["rows"], objects, strict=True):
+                row["cells"][1] = obj["metadata"]["creationTimestamp"]
+            return _json(200, doc)
+        return _json(200, objects[0] if name is not None else self.crds.list(self.store.rv))
+
+    def _discovery(self) -> Obj:
+        found = discovery.resource_list(self.crd, GROUP, VERSION)
+        assert found is not None
+        return found
 
     async def _send_body(
         self, request: web.Request, body: bytes, fault: KubeFault | None
@@ -489,7 +589,12 @@ class KubeEmulator:
             await asyncio.sleep(0.02)
 
     async def _list(
-        self, query: Mapping[str, str], ns: str | None, fault: KubeFault | None
+        self,
+        query: Mapping[str, str],
+        ns: str | None,
+        fault: KubeFault | None,
+        *,
+        as_table: bool = False,
     ) -> bytes:
         """The UnitSignalList body: the page's cached object bytes joined into `items`."""
         try:
@@ -535,24 +640,43 @@ class KubeEmulator:
         first = bisect_left(keys, prefix + start)
         end = len(keys) if ns is None else bisect_left(keys, f"{ns}0")  # "0" sorts after "/"
         items: list[bytes] = []
+        chosen: list[str] = []
         meta: Obj = {"resourceVersion": str(view.rv)}
         for i in range(first, end):
             key = keys[i]
             obj = view.objects[key]
             if labels(obj["metadata"].get("labels", {})) and fields(obj):
                 items.append(view.raw[key])
+                chosen.append(key)
             if limit and len(items) == limit and i + 1 < end:
                 meta["continue"] = encode_continue(view.rv, key[len(prefix) :] + "\x00")
                 if query.get("labelSelector", "") == query.get("fieldSelector", "") == "":
                     meta["remainingItemCount"] = end - i - 1
                 break
+        if as_table:
+            return orjson.dumps(self._table([view.objects[k] for k in chosen], query, meta))
         head = orjson.dumps({"apiVersion": API_VERSION, "kind": f"{KIND}List", "metadata": meta})
         return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+
+    def _table(self, objects: list[Obj], query: Mapping[str, str], meta: Obj | None = None,
+               *, headers: bool = True) -> Obj:  # fmt: skip
+        include = query.get("includeObject", "Metadata") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise bad_request(f'includeObject: Unsupported value: "{include}"')
+        return table.table(objects, self._columns, self.store.clock() / 1e9, meta=meta,
+                           include=include, headers=headers)  # fmt: skip
 
     async def _watch(
         self, request: web.Request, ns: str | None, name: str | None, fault: KubeFault | None
     ) -> web.StreamResponse:
-        return await serve_watch(self, request, ns, name, fault)
+        render = None
+        if table.wants_table(request.headers.get("Accept", "")) is not None:
+            query = request.query
+
+            def render(obj: Obj | bytes) -> Obj | bytes:
+                return self._table([orjson.loads(obj) if isinstance(obj, bytes) else obj], query)
+
+        return await serve_watch(self, request, ns, name, fault, render)
 
 
 class _StatusBody(KubeError):

@@ -40,17 +40,26 @@ async def _cut(request: web.Request) -> None:
     raise _Closed
 
 
+Render = Callable[[Obj | bytes], Obj | bytes]  # an event's object as the client asked (a Table)
+
+
 class _Stream:
     """Writes event lines, applying a watch fault (cut, truncate, trickle) as it goes."""
 
     def __init__(
-        self, request: web.Request, response: web.StreamResponse, fault: KubeFault | None
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        fault: KubeFault | None,
+        render: Render | None = None,
     ) -> None:
-        self.request, self.response, self.fault = request, response, fault
+        self.request, self.response, self.fault, self.render = request, response, fault, render
         self.events = 0  # non-bookmark events written
 
     async def send(self, type_: str, obj: Obj | bytes) -> None:
         """One event line; `obj` may be already serialised (the store's cached bytes)."""
+        if self.render is not None and type_ not in ("BOOKMARK", "ERROR"):
+            obj = self.render(obj)
         raw = obj if isinstance(obj, bytes) else orjson.dumps(obj)
         line = b'{"type":"' + type_.encode() + b'","object":' + raw + b"}\n"
         fault = self.fault
@@ -138,8 +147,10 @@ async def serve_watch(
     ns: str | None,
     name: str | None,
     fault: KubeFault | None,
+    render: Render | None = None,
 ) -> web.StreamResponse:
-    """Serve one watch request until timeout, fault, client close or emulator stop."""
+    """Serve one watch request until timeout, fault, client close or emulator stop; `render`
+    turns each event's object into what the client asked for (a Table)."""
     query = request.query
     store = emu.store
     try:
@@ -195,7 +206,7 @@ async def serve_watch(
         if fault is not None and fault.kind is KubeFaultKind.SLOW:
             await asyncio.sleep(fault.delay_s)
         await response.prepare(request)
-        stream = _Stream(request, response, fault)
+        stream = _Stream(request, response, fault, render)
         if error is not None:
             await stream.send("ERROR", error.status())
             await response.write_eof()
