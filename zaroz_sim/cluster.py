@@ -13,13 +13,18 @@ check label keys), so it is refused by the agent, not by the server.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import jsonschema_rs
 
 from zaroz_sim.kube.emulator import KubeEmulator
 from zaroz_sim.kube.store import API_VERSION, KIND, KubeError
@@ -31,6 +36,16 @@ WORKLOAD_LABEL = "units.zaroz.cloud/workload"
 _SPEC_LABEL = re.compile(r"[a-z0-9]([a-z0-9_.-]*[a-z0-9])?")
 AGENT_VERSION = "1.4.2"
 KERNEL, AGENT = "kernel", "zaroz-agent"  # field managers
+_SPEC_SCHEMA = "unit-signal-spec.schema.json"
+_SCHEMA_PATHS = (Path(__file__).resolve().parent / _SPEC_SCHEMA,  # where the wheel ships it
+                 Path(__file__).resolve().parent.parent / "schemas" / _SPEC_SCHEMA)
+
+
+@functools.cache
+def agent_accepts() -> Callable[[Any], bool]:
+    """The agent's check of a spec it reads: the contract's schema (stricter than the CRD)."""
+    path = next(p for p in _SCHEMA_PATHS if p.exists())
+    return jsonschema_rs.validator_for(json.loads(path.read_text(encoding="utf-8"))).is_valid
 
 
 @dataclass
@@ -86,7 +101,7 @@ class ClusterMirror:
         for u in list(self.units.values()):
             if u.invalid:
                 u.invalid = False
-                u.spec = dict(u.spec, labels=u.valid_labels, generation=u.spec["generation"] + 1)
+                u.spec = dict(u.spec, labels=u.valid_labels)
                 self._update_spec(u)
             elif not u.stuck:
                 continue
@@ -194,9 +209,10 @@ class ClusterMirror:
     # -- helpers ---------------------------------------------------------------------------
 
     def _spec(self, workload: str, u: _Unit, **changes: Any) -> None:
-        """A merge patch of what changed (a null deletes the field: `allocation` when none)."""
+        """A merge patch of what changed (a null deletes the field: `allocation` when none),
+        one generation after the object's (someone else, kubectl, may have written it)."""
         u.spec = dict(u.spec, **changes)
-        u.spec["generation"] += 1
+        u.spec["generation"] = self._generation(u) + 1
         if isinstance(u.spec.get("allocation"), dict):
             u.spec["allocation"] = dict(u.spec["allocation"], generation=u.spec["generation"])
         patch = {k: u.spec[k] for k in changes} | {"generation": u.spec["generation"]}
@@ -215,8 +231,13 @@ class ClusterMirror:
         """An update (PUT) of the whole object with the spec replaced, at its current
         resourceVersion: what a kernel that rewrites a spec does."""
         obj = self.kube.get(u.namespace, u.name)
+        u.spec["generation"] = obj["spec"]["generation"] + 1
         obj["spec"] = dict(u.spec)
         self.kube.update_object(u.namespace, u.name, obj, manager=KERNEL)
+
+    def _generation(self, u: _Unit) -> int:
+        generation = self.kube.get(u.namespace, u.name)["spec"].get("generation")
+        return generation if type(generation) is int else int(u.spec["generation"])
 
     def _invalid_next(self, workload: str) -> bool:
         return not self.recovered and workload not in self.invalid_done and (
@@ -228,8 +249,12 @@ class ClusterMirror:
             changes = dict(_status(), **changes)  # the agent's first write sets every field
         u.seq += 1
         patch = dict(changes, seq=u.seq)
-        if observe and not u.stuck and not u.invalid:
-            patch["observedGeneration"] = u.spec["generation"]
+        if observe and not u.stuck:
+            # The agent acknowledges the spec it reads, if it accepts it: one the kernel (or
+            # a `kubectl patch`) broke keeps the previous generation, never observed.
+            spec = self.kube.get(u.namespace, u.name).get("spec") or {}
+            if agent_accepts()(spec):
+                patch["observedGeneration"] = spec["generation"]
         u.status.update(patch)
         self.kube.patch_object(u.namespace, u.name, {"status": patch}, "merge",
                                subresource="status", manager=AGENT)
