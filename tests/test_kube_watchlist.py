@@ -21,11 +21,14 @@ from exporter.sources.backoff import Backoff
 from exporter.sources.kube.api import INITIAL_EVENTS_END, KubeApi
 from exporter.sources.kube.config import from_url
 from exporter.sources.kube.reflector import KubeSource, Reflector
+from tests import test_kube_reflector
 from tests.kubestore import Store
+from tests.test_kube_reflector import server_state, synced
 from tests.waiting import until
 from zaroz_sim.kube.emulator import KubeEmulator
 
 WL = "units.zaroz.cloud/workload"
+session = test_kube_reflector.session  # the fixture
 STREAMING = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
              "allowWatchBookmarks": "true"}
 
@@ -38,11 +41,6 @@ def populate(emu: KubeEmulator, n: int = 250) -> None:
     for i in range(n):
         emu.create("a" if i % 2 else "b", f"us-{i:03d}", spec(f"u{i}"),
                    labels={WL: "web" if i % 3 else "batch"})
-
-
-def server_state(emu: KubeEmulator, ns: str | None = None) -> dict[tuple[str, str], str]:
-    return {(o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"]["resourceVersion"]
-            for o in emu.store.objects.values() if ns is None or o["metadata"]["namespace"] == ns}
 
 
 class Old(KubeEmulator):
@@ -86,12 +84,6 @@ async def old_emu() -> AsyncIterator[Old]:
     await e.stop()
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
-        yield s
-
-
 def reflector(emu: KubeEmulator, session: aiohttp.ClientSession, store: Store,
               registry: Registry | None = None, typed: bool = True,
               **kw: Any) -> Reflector:
@@ -100,12 +92,6 @@ def reflector(emu: KubeEmulator, session: aiohttp.ClientSession, store: Store,
                             "backoff": Backoff(0.01, 0.05)}
     opts.update(kw)
     return Reflector(api, store, KubeMetrics(registry or Registry()), **opts)
-
-
-async def synced(r: Reflector) -> Reflector:
-    r.start()
-    await until(lambda: r.synced)
-    return r
 
 
 def modes(registry: Registry, scope: str = "*") -> dict[str, float]:
