@@ -235,8 +235,17 @@ class ClusterMirror:
         obj["spec"] = dict(u.spec)
         self.kube.update_object(u.namespace, u.name, obj, manager=KERNEL)
 
+    def _stored_spec(self, u: _Unit) -> dict[str, Any]:
+        """The object's spec as the API server holds it now (read, never changed: the store
+        keeps each version as written), whoever wrote it last."""
+        obj = self.kube.store.objects.get(f"{u.namespace}/{u.name}")
+        if obj is None:
+            raise KubeError(404, "NotFound", f"unitsignal {u.namespace}/{u.name} not found")
+        spec: dict[str, Any] = obj.get("spec") or {}
+        return spec
+
     def _generation(self, u: _Unit) -> int:
-        generation = self.kube.get(u.namespace, u.name)["spec"].get("generation")
+        generation = self._stored_spec(u).get("generation")
         return generation if type(generation) is int else int(u.spec["generation"])
 
     def _invalid_next(self, workload: str) -> bool:
@@ -252,7 +261,7 @@ class ClusterMirror:
         if observe and not u.stuck:
             # The agent acknowledges the spec it reads, if it accepts it: one the kernel (or
             # a `kubectl patch`) broke keeps the previous generation, never observed.
-            spec = self.kube.get(u.namespace, u.name).get("spec") or {}
+            spec = self._stored_spec(u)
             if agent_accepts()(spec):
                 patch["observedGeneration"] = spec["generation"]
         u.status.update(patch)
