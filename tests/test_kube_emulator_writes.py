@@ -282,3 +282,23 @@ async def test_http_apply_and_delete_collection(emu: KubeEmulator, http: Http) -
     code, body, _ = await http.send("DELETE", NS, labelSelector="team=blue")
     assert code == 200 and [o["metadata"]["name"] for o in body["items"]] == ["a1"]
     assert list(emu.store.objects) == ["ns/b1"]
+
+
+def test_server_side_apply_owns_fields_and_drops_what_it_no_longer_applies(
+    emu: KubeEmulator,
+) -> None:
+    config = unitsignal("s1", draining="stop", userData={"a": 1})
+    obj = emu.patch_object("ns", "s1", config, "apply", manager="ops")
+    entry = obj["metadata"]["managedFields"][0]
+    assert (entry["manager"], entry["operation"]) == ("ops", "Apply")
+    assert "f:draining" in entry["fieldsV1"]["f:spec"]
+    del config["spec"]["draining"]
+    obj = emu.patch_object("ns", "s1", config, "apply", manager="ops")
+    assert "draining" not in obj["spec"] and obj["spec"]["userData"] == {"a": 1}
+    assert obj["metadata"]["generation"] == 2
+    # a field another manager wrote stays when the applier stops applying it
+    emu.patch_object("ns", "s1", {"spec": {"allocation": {"id": "a", "generation": 1}}},
+                     manager="kernel")
+    del config["spec"]["userData"]
+    obj = emu.patch_object("ns", "s1", config, "apply", manager="ops")
+    assert obj["spec"]["allocation"] == {"id": "a", "generation": 1}

@@ -179,3 +179,13 @@ async def test_discovery_and_the_crd(emu: KubeEmulator, api: client.ApiClient) -
     assert err.value.status == 404
     groups = await asyncio.to_thread(client.ApisApi(api).get_api_versions)
     assert {g.name for g in groups.groups} == {"apiextensions.k8s.io"}
+
+
+async def test_namespaces_are_listed_read_only(emu: KubeEmulator, api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    listed = await asyncio.to_thread(core.list_namespace)
+    assert [n.metadata.name for n in listed.items] == ["default", "ns-0", "ns-1"]
+    assert listed.items[1].status.phase == "Active"
+    with pytest.raises(client.ApiException) as err:
+        await asyncio.to_thread(core.delete_namespace, "ns-0")
+    assert err.value.status == 405

@@ -208,3 +208,28 @@ async def test_the_crd_shows_and_goes(emu: KubeEmulator, kubectl: Kubectl) -> No
     assert out.strip() == ""
     code, _, err = await kubectl.run("get", "unitsignals", check=False, cache="fresh")
     assert code != 0 and 'the server doesn\'t have a resource type "unitsignals"' in err
+
+
+async def test_get_namespaces_shows_where_the_units_are(
+    emu: KubeEmulator, kubectl: Kubectl
+) -> None:
+    _, out, _ = await kubectl.run("get", "namespaces", "--no-headers")
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["default", "Active"], ["team-0", "Active"], ["team-1", "Active"]]
+    emu.create("team-new", "x", spec(99))
+    _, out, _ = await kubectl.run("get", "ns", "team-new", "-o", "name")
+    assert out.strip() == "namespace/team-new"
+    code, _, err = await kubectl.run("get", "ns", "nowhere", check=False)
+    assert code != 0 and 'namespaces "nowhere" not found' in err
+
+
+async def test_server_side_apply(emu: KubeEmulator, kubectl: Kubectl) -> None:
+    manifest = {"apiVersion": "units.zaroz.cloud/v1", "kind": "UnitSignal",
+                "metadata": {"name": "ssa"}, "spec": spec(7, draining="stop")}
+    _, out, _ = await kubectl.run("apply", "--server-side", "-f", "-",
+                                  stdin=json.dumps(manifest).encode())
+    assert "serverside-applied" in out and emu.get("team-0", "ssa")["spec"]["draining"] == "stop"
+    assert emu.get("team-0", "ssa")["metadata"]["managedFields"][0]["operation"] == "Apply"
+    del manifest["spec"]["draining"]
+    await kubectl.run("apply", "--server-side", "-f", "-", stdin=json.dumps(manifest).encode())
+    assert "draining" not in emu.get("team-0", "ssa")["spec"]

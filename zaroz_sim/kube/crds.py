@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from zaroz_sim.kube import table
+from zaroz_sim.kube.discovery import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from zaroz_sim.kube.params import bool_param, int_param
 from zaroz_sim.kube.store import KubeError, Obj, rfc3339_s
 
@@ -83,6 +85,27 @@ class CrdRecord:
         return {"kind": "CustomResourceDefinitionList", "apiVersion": CRD_API_VERSION,
                 "metadata": {"resourceVersion": str(rv)},
                 "items": [] if self.obj is None else [self.obj]}  # fmt: skip
+
+    async def serve(self, request: web.Request, rv: int, timeout_range: tuple[float, float],
+                    now_s: float) -> web.StreamResponse:  # fmt: skip
+        """GET of .../customresourcedefinitions[/<name>]: get, list (as a Table if asked, with
+        kube's NAME and CREATED AT), watch."""
+        rest = request.path.rstrip("/")[len(f"/apis/{CRD_GROUP}/{CRD_VERSION}/{CRD_PLURAL}"):]
+        name = rest.lstrip("/") or None
+        if name is not None and "/" in name:
+            raise KubeError(404, "NotFound", "the server could not find the requested resource")
+        if bool_param(request.query, "watch"):
+            return await self.serve_watch(request, rv, name, timeout_range)
+        body = self.get(name) if name is not None else self.list(rv)
+        if table.wants_table(request.headers.get("Accept", "")) is not None:
+            objects = [body] if name is not None else body["items"]
+            columns = [table.columns_of({})[0], {"name": "Created At", "type": "date",
+                       "format": "", "priority": 0, "description": "",
+                       "jsonPath": ".metadata.creationTimestamp"}]  # fmt: skip
+            body = table.table(objects, columns, now_s, meta={"resourceVersion": str(rv)})
+            for row, obj in zip(body["rows"], objects, strict=True):
+                row["cells"][1] = obj["metadata"]["creationTimestamp"]  # a time, not an age
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def serve_watch(self, request: web.Request, rv: int, name: str | None,
                           timeout_range: tuple[float, float]) -> web.StreamResponse:  # fmt: skip

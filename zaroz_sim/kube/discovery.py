@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zaroz_sim.kube.store import Obj
+import orjson
+from aiohttp import web
+
+from zaroz_sim.kube import openapi
+from zaroz_sim.kube.namespaces import RESOURCE as NAMESPACES
+from zaroz_sim.kube.store import KubeError, Obj
 
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 _AGGREGATED_BETA = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -76,14 +81,14 @@ def _resources(crd: Mapping[str, Any] | None) -> dict[tuple[str, str], list[Obj]
 
 
 def api_versions(address: str) -> Obj:
-    """/api: the core group's versions (served empty here: no built-in resources)."""
+    """/api: the core group's versions (v1 serves namespaces only, read only)."""
     return {"kind": "APIVersions", "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",
                                             "serverAddress": address}]}  # fmt: skip
 
 
 def core_resources() -> Obj:
-    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": []}
+    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": [NAMESPACES]}
 
 
 def _group(group: str, versions: list[str]) -> Obj:
@@ -120,8 +125,9 @@ def aggregated(crd: Mapping[str, Any] | None, *, core: bool, media: str = AGGREG
     api_version = "apidiscovery.k8s.io/" + ("v2beta1" if "v2beta1" in media else "v2")
     items: list[Obj] = []
     if core:
-        items.append({"metadata": {"creationTimestamp": None},
-                      "versions": [{"version": "v1", "resources": [], "freshness": "Current"}]})
+        resources = [_aggregated_resource("", "v1", [NAMESPACES])]
+        items.append({"metadata": {"creationTimestamp": None}, "versions": [
+            {"version": "v1", "resources": resources, "freshness": "Current"}]})
     else:
         by_group: dict[str, list[Obj]] = {}
         for (group, version), entries in _resources(crd).items():
@@ -146,3 +152,36 @@ def _aggregated_resource(group: str, version: str, entries: list[Obj]) -> Obj:
         out["subresources"] = [{"subresource": s["name"].split("/", 1)[1], "responseKind": kind,
                                 "verbs": s["verbs"]} for s in subs]  # fmt: skip
     return out
+
+
+def serve(request: web.Request, crd: Mapping[str, Any] | None) -> web.Response:
+    """GET of /version, /api, /api/v1, /apis, /apis/<group>[/<version>], /openapi/v3[/<path>]
+    (/openapi/v2 is a 404, which kubectl accepts); `crd` is None while it is not installed."""
+    path = request.path.rstrip("/")
+    media = wants_aggregated(request.headers.get("Accept", ""))
+    body: Obj | None = None
+    if path == "/version":
+        body = VERSION_INFO
+    elif path in ("/api", "/apis"):
+        if media is not None:
+            doc = aggregated(crd, core=path == "/api", media=media)
+            return web.Response(body=orjson.dumps(doc), headers={"Content-Type": media})
+        body = api_versions(request.host) if path == "/api" else api_group_list(crd)
+    elif path == "/api/v1":
+        body = core_resources()
+    elif path.startswith("/openapi/"):
+        docs = openapi.documents(crd)
+        if path == "/openapi/v3":
+            body = openapi.index(docs)
+        elif path.removeprefix("/openapi/v3/") in docs:
+            return web.Response(body=docs[path.removeprefix("/openapi/v3/")],
+                                content_type="application/json")
+    else:
+        parts = path.split("/")[2:]  # /apis/<group>[/<version>]
+        if len(parts) == 1:
+            body = api_group(crd, parts[0])
+        elif len(parts) == 2:
+            body = resource_list(crd, parts[0], parts[1])
+    if body is None:
+        raise KubeError(404, "NotFound", "the server could not find the requested resource")
+    return web.Response(body=orjson.dumps(body), content_type="application/json")

@@ -9,13 +9,10 @@ object store lives in `kube_store`, selectors in `kube_select`, scripted faults 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
 import random
 import re
 import time
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,11 +23,12 @@ import orjson
 import yaml
 from aiohttp import web
 
-from zaroz_sim.kube import discovery, openapi, table
+from zaroz_sim.kube import discovery, namespaces, table
 from zaroz_sim.kube.crds import CrdRecord
 from zaroz_sim.kube.discovery import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 from zaroz_sim.kube.faults import KubeFault, KubeFaultKind, KubeFaults
-from zaroz_sim.kube.params import bad_request, bool_param, check_list_options, int_param
+from zaroz_sim.kube.lists import decode_continue, encode_continue, list_body
+from zaroz_sim.kube.params import bad_request, bool_param, check_list_options
 from zaroz_sim.kube.select import SelectorError, parse_field_selector, parse_label_selector
 from zaroz_sim.kube.store import (
     API_VERSION,
@@ -42,6 +40,7 @@ from zaroz_sim.kube.store import (
     KubeError,
     Obj,
     ObjectStore,
+    rfc3339_s,
 )
 from zaroz_sim.kube.validate import StructuralSchema
 from zaroz_sim.kube.watch import close_transport, serve_watch
@@ -55,13 +54,6 @@ _PATH = re.compile(rf"{_PREFIX}(?:/namespaces/([^/]+))?/{PLURAL}(?:/([^/]+)(/sta
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 _REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
             504: "Timeout"}  # fmt: skip
-_CONTINUE_EXPIRED = (
-    "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this "
-    "response to retrieve the remainder of the results. Continuing with the provided token "
-    "results in an inconsistent list - objects that were created, modified, or deleted between "
-    "the time the first chunk was returned and now may show up in the list."
-)
 
 
 _CRD_FILE = Path(__file__).resolve().parents[2] / "deploy" / "overlays" / "dev" / "crd.yaml"
@@ -107,29 +99,6 @@ def _body(raw: bytes, content_type: str) -> Any:
     raise KubeError(415, "UnsupportedMediaType",
                     'the body of the request was in an unknown format - accepted media types '
                     'include: application/json, application/yaml')  # fmt: skip
-
-
-def encode_continue(rv: int, start: str) -> str:
-    """kube's token: base64url (no padding) of {"v","rv","start"}; start is the next key. An rv
-    of -1 (what a 410 offers, as the etcd3 store's handleCompactedErrorForPaging) continues at
-    the latest revision: an inconsistent list, by the client's choice."""
-    raw = orjson.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start})
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
-def decode_continue(token: str) -> tuple[int, str]:
-    try:
-        data = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if data["v"] != "meta.k8s.io/v1" or not isinstance(data["rv"], int):
-            raise ValueError(data)
-        if data["rv"] == 0 or data["rv"] < -1:
-            raise ValueError(f"invalid resource version {data['rv']} in continue token")
-        start = data["start"]
-        if not isinstance(start, str) or start.startswith("/") or ".." in start:
-            raise ValueError(start)
-        return data["rv"], start
-    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
-        raise bad_request(f"continue key is not valid: {exc}") from None
 
 
 def fault_status(fault: KubeFault) -> web.Response:
@@ -183,8 +152,10 @@ class KubeEmulator:
                              random.Random(seed))  # fmt: skip
         self._columns = table.columns_of(served)
         self.crds = CrdRecord(self.crd, random.Random(seed))
+        born = self.store.clock()
+        self._started = rfc3339_s(born)  # the cluster's birth: `default`'s creation
         if crd_installed:
-            self.crds.install(self.store.rv, self.store.clock())
+            self.crds.install(self.store.rv, born)
         self.token = token
         self.bookmark_interval_s = bookmark_interval_s
         self.watch_timeout_s = watch_timeout_s
@@ -356,12 +327,9 @@ class KubeEmulator:
         if meta is not None:
             return await self._handle_meta(request, meta)
         kind, ns, name, sub = self._classify(request)
-        self.requests[kind] += 1
-        self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
-        if self.token is not None and request.headers.get("Authorization") != (
-            f"Bearer {self.token}"
-        ):
-            return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        refused = self._admit(request, kind)
+        if refused is not None:
+            return refused
         try:
             if kind == "other" or not self.crd_installed:
                 raise KubeError(404, "NotFound", "the server could not find the requested resource")
@@ -466,6 +434,9 @@ class KubeEmulator:
         path = path.rstrip("/") or "/"
         if path in ("/version", "/api", "/api/v1", "/apis") or path.startswith("/openapi/"):
             return "discovery"
+        if path == namespaces.PREFIX or (path.startswith(namespaces.PREFIX + "/")
+                                         and path.count("/") == 4):  # fmt: skip
+            return "namespaces"
         if path.startswith(f"/apis/{CRD_GROUP}"):
             rest = path[len(f"/apis/{CRD_GROUP}"):]
             return "crd" if rest.startswith(f"/{CRD_VERSION}/{CRD_PLURAL}") else "discovery"
@@ -474,79 +445,34 @@ class KubeEmulator:
             return "discovery"
         return None
 
-    async def _handle_meta(self, request: web.Request, kind: str) -> web.StreamResponse:
+    def _admit(self, request: web.Request, kind: str) -> web.Response | None:
+        """Count and log the request; a 401 when a token is set and not the one sent."""
         self.requests[kind] += 1
         self.request_log.append(KubeRequest(kind, request.path, dict(request.query)))
         if self.token is not None and request.headers.get("Authorization") != (
             f"Bearer {self.token}"
         ):
             return _json(401, KubeError(401, "Unauthorized", "Unauthorized").status())
+        return None
+
+    async def _handle_meta(self, request: web.Request, kind: str) -> web.StreamResponse:
+        refused = self._admit(request, kind)
+        if refused is not None:
+            return refused
         try:
             if request.method != "GET":
                 raise KubeError(405, "MethodNotAllowed",
                                 "the server does not allow this method on the requested resource"
                                 f" ({request.method})")  # fmt: skip
+            if kind == "namespaces":
+                return namespaces.serve(request, self.store.objects.values(), self._started,
+                                        self.store.rv, self.store.clock() / 1e9)  # fmt: skip
             if kind == "crd":
-                return await self._crd_request(request)
-            return self._discovery_request(request)
+                return await self.crds.serve(request, self.store.rv, self.watch_timeout_s,
+                                             self.store.clock() / 1e9)  # fmt: skip
+            return discovery.serve(request, self.crd if self.crd_installed else None)
         except KubeError as err:
             return _json(err.code, err.status())
-
-    def _discovery_request(self, request: web.Request) -> web.Response:
-        path = request.path.rstrip("/")
-        crd = self.crd if self.crd_installed else None
-        accept = request.headers.get("Accept", "")
-        aggregated = discovery.wants_aggregated(accept)
-        body: Obj | None = None
-        if path == "/version":
-            body = discovery.VERSION_INFO
-        elif path in ("/api", "/apis"):
-            if aggregated is not None:
-                doc = discovery.aggregated(crd, core=path == "/api", media=aggregated)
-                return web.Response(body=orjson.dumps(doc), headers={"Content-Type": aggregated})
-            address = f"{request.host}"
-            body = (discovery.api_versions(address) if path == "/api"
-                    else discovery.api_group_list(crd))  # fmt: skip
-        elif path == "/api/v1":
-            body = discovery.core_resources()
-        elif path.startswith("/openapi/"):
-            docs = openapi.documents(crd)
-            if path == "/openapi/v3":
-                body = openapi.index(docs)
-            elif path.startswith("/openapi/v3/") and path[len("/openapi/v3/"):] in docs:
-                return web.Response(body=docs[path[len("/openapi/v3/"):]],
-                                    content_type="application/json")
-        else:
-            parts = path.split("/")[2:]  # /apis/<group>[/<version>]
-            if len(parts) == 1:
-                body = discovery.api_group(crd, parts[0])
-            elif len(parts) == 2:
-                body = discovery.resource_list(crd, parts[0], parts[1])
-        if body is None:
-            raise KubeError(404, "NotFound", "the server could not find the requested resource")
-        return _json(200, body)
-
-    async def _crd_request(self, request: web.Request) -> web.StreamResponse:
-        """apiextensions.k8s.io/v1 customresourcedefinitions: get, list, watch."""
-        rest = request.path.rstrip("/")[len(f"/apis/{CRD_GROUP}/{CRD_VERSION}/{CRD_PLURAL}"):]
-        name = rest.lstrip("/") or None
-        if name is not None and "/" in name:
-            raise KubeError(404, "NotFound", "the server could not find the requested resource")
-        if bool_param(request.query, "watch"):
-            return await self.crds.serve_watch(request, self.store.rv, name,
-                                               self.watch_timeout_s)  # fmt: skip
-        objects = [self.crds.get(name)] if name is not None else self.crds.list(
-            self.store.rv)["items"]  # fmt: skip
-        if table.wants_table(request.headers.get("Accept", "")) is not None:
-            columns = [dict(table.columns_of({})[0]),
-                       {"name": "Created At", "type": "date", "format": "", "priority": 0,
-                        "description": "", "jsonPath": ".metadata.creationTimestamp"}]
-            doc = table.table(objects, columns, self.store.clock() / 1e9,
-                              meta={"resourceVersion": str(self.store.rv)})  # fmt: skip
-            for row, obj in zip(doc["rows"], objects, strict=True):
-                row["cells"][1] = obj["metadata"]["creationTimestamp"]
-            return _json(200, doc)
-        return _json(200, objects[0] if name is not None else self.crds.list(self.store.rv))
 
     def _discovery(self) -> Obj:
         found = discovery.resource_list(self.crd, GROUP, VERSION)
@@ -596,67 +522,13 @@ class KubeEmulator:
         *,
         as_table: bool = False,
     ) -> bytes:
-        """The UnitSignalList body: the page's cached object bytes joined into `items`."""
-        try:
-            labels = parse_label_selector(query.get("labelSelector"))
-            fields = parse_field_selector(query.get("fieldSelector"))
-        except SelectorError as exc:
-            raise bad_request(str(exc)) from None
-        limit = max(0, int_param(query, "limit") or 0)
-        token = query.get("continue", "")
-        rv_text = query.get("resourceVersion", "")
-        match = query.get("resourceVersionMatch", "")
-        prefix = "" if ns is None else f"{ns}/"
-        start = ""
-        if token:
-            if rv_text or match:
-                raise bad_request("specifying resource version is not allowed when using continue")
-            snap_rv, start = decode_continue(token)
-            expired = fault is not None and fault.kind is KubeFaultKind.EXPIRE_CONTINUE
-            self.store.expire()
-            if expired or (snap_rv != -1 and snap_rv < self.store.floor):
-                err = KubeError(410, "Expired", _CONTINUE_EXPIRED)
-                fresh = encode_continue(-1, start)  # an inconsistent continuation, as kube's
-                raise _StatusBody(410, err.status() | {"metadata": {"continue": fresh}})
-            view = self.store.current() if snap_rv == -1 else self.store.snapshot(snap_rv)
-        elif rv_text in ("", "0"):
-            view = self.store.current()
-            if rv_text == "0" and self.rv0_ignores_limit:
-                limit = 0  # served from the watch cache, which ignores limit
-        else:
-            rv = int_param(query, "resourceVersion")
-            assert rv is not None
-            await self.wait_for_rv(rv)
-            if match == "Exact" or (not match and limit > 0):
-                self.store.expire()
-                if rv < self.store.floor:
-                    raise KubeError(
-                        410, "Expired", "The resourceVersion for the provided list is too old."
-                    )
-                view = self.store.snapshot(rv)
-            else:
-                view = self.store.current()
-        keys = view.keys
-        first = bisect_left(keys, prefix + start)
-        end = len(keys) if ns is None else bisect_left(keys, f"{ns}0")  # "0" sorts after "/"
-        items: list[bytes] = []
-        chosen: list[str] = []
-        meta: Obj = {"resourceVersion": str(view.rv)}
-        for i in range(first, end):
-            key = keys[i]
-            obj = view.objects[key]
-            if labels(obj["metadata"].get("labels", {})) and fields(obj):
-                items.append(view.raw[key])
-                chosen.append(key)
-            if limit and len(items) == limit and i + 1 < end:
-                meta["continue"] = encode_continue(view.rv, key[len(prefix) :] + "\x00")
-                if query.get("labelSelector", "") == query.get("fieldSelector", "") == "":
-                    meta["remainingItemCount"] = end - i - 1
-                break
-        if as_table:
-            return orjson.dumps(self._table([view.objects[k] for k in chosen], query, meta))
-        head = orjson.dumps({"apiVersion": API_VERSION, "kind": f"{KIND}List", "metadata": meta})
-        return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
+        def render(objects: list[Obj], meta: Obj) -> bytes:
+            return orjson.dumps(self._table(objects, query, meta))
+
+        expired = fault is not None and fault.kind is KubeFaultKind.EXPIRE_CONTINUE
+        return await list_body(self.store, query, ns, expired=expired, wait_for_rv=self.wait_for_rv,
+                               rv0_ignores_limit=self.rv0_ignores_limit,
+                               render=render if as_table else None)  # fmt: skip
 
     def _table(self, objects: list[Obj], query: Mapping[str, str], meta: Obj | None = None,
                *, headers: bool = True) -> Obj:  # fmt: skip
@@ -677,14 +549,3 @@ class KubeEmulator:
                 return self._table([orjson.loads(obj) if isinstance(obj, bytes) else obj], query)
 
         return await serve_watch(self, request, ns, name, fault, render)
-
-
-class _StatusBody(KubeError):
-    """A KubeError whose Status body carries extra list metadata (the 410 continue token)."""
-
-    def __init__(self, code: int, body: Obj) -> None:
-        super().__init__(code, body["reason"], body["message"])
-        self._body = body
-
-    def status(self) -> Obj:
-        return self._body

@@ -65,18 +65,34 @@ def too_old(rv: int, oldest: int) -> KubeError:
     return KubeError(410, "Expired", f"too old resource version: {rv} ({oldest})")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
-    """One write. `obj` is the object after it (DELETED: the last state, at the delete's rv)."""
+    """One write, as bytes: `raw` is the object after it (DELETED: the last state, at the
+    delete's rv), `prev_raw` the one before (None for ADDED), the same bytes objects the store
+    and the neighbouring events hold. `labels` and `prev_labels` (the objects' own label maps,
+    shared) and the key are what a watcher's selectors read; `obj` and `prev` decode on demand.
+    Minutes of history at the demo's write rate are tens of thousands of events: keeping a dict
+    per version would cost several times the bytes."""
 
     rv: int
     type: str  # ADDED | MODIFIED | DELETED
     key: str  # "namespace/name", the etcd key order lists use
-    obj: Obj
-    prev: Obj | None  # the object before (None for ADDED)
-    raw: bytes  # `obj` serialised
-    prev_raw: bytes | None  # `prev` serialised
+    raw: bytes
+    prev_raw: bytes | None
+    labels: Mapping[str, str]
+    prev_labels: Mapping[str, str] | None
     at: float = 0.0  # when it was written, on the store's history clock (monotonic seconds)
+
+    @property
+    def obj(self) -> Obj:
+        return _obj(self.raw)
+
+    @property
+    def prev(self) -> Obj | None:
+        return None if self.prev_raw is None else _obj(self.prev_raw)
+
+
+_NO_LABELS: Mapping[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -106,11 +122,11 @@ def _encode(obj: Obj) -> bytes:
     return bytes(memoryview(orjson.dumps(obj)))
 
 
-def _fields(value: Any) -> Obj:
+def fields_v1(value: Any) -> Obj:
     """FieldsV1 for a JSON value: maps recurse ("." marks the map itself), the rest are leaves."""
     if not isinstance(value, dict):
         return {}
-    return {".": {}} | {f"f:{k}": _fields(v) for k, v in value.items()}
+    return {".": {}} | {f"f:{k}": fields_v1(v) for k, v in value.items()}
 
 
 def rfc3339_s(t_ns: int) -> str:
@@ -172,7 +188,14 @@ class ObjectStore:
             result = self.patch_status(namespace, name, dict(status))
         return result
 
-    def add(self, obj: Obj, *, manager: str | None = None, dry_run: bool = False) -> Obj:
+    def add(
+        self,
+        obj: Obj,
+        *,
+        manager: str | None = None,
+        dry_run: bool = False,
+        applied: Obj | None = None,
+    ) -> Obj:
         """Store a new object (its metadata.name and .namespace set; `obj` is the store's now):
         the server's metadata (uid, generation 1, creationTimestamp, managedFields) is added.
         `dry_run`: all of it but the write (the object as it would be, without resourceVersion)."""
@@ -191,7 +214,7 @@ class ObjectStore:
                 meta[field] = user[field]
         meta["managedFields"] = []
         obj["metadata"] = meta
-        self._own(obj, manager or self.spec_manager, None, now)
+        self._own(obj, manager or self.spec_manager, None, now, applied)
         if dry_run:
             return obj
         return self._write(key, "ADDED", obj, None)
@@ -203,6 +226,7 @@ class ObjectStore:
         manager: str | None = None,
         subresource: str | None = None,
         dry_run: bool = False,
+        applied: Obj | None = None,
     ) -> Obj:
         """Store a new version of an existing object, prepared by the caller from a copy of the
         current one (`obj` is the store's now). Nothing changed: a no-op (same resourceVersion),
@@ -215,7 +239,7 @@ class ObjectStore:
             return _obj(self.raw[key])
         meta["managedFields"] = _copy(meta["managedFields"])
         default = self.status_manager if subresource == "status" else self.spec_manager
-        self._own(obj, manager or default, subresource, rfc3339_s(self.clock()))
+        self._own(obj, manager or default, subresource, rfc3339_s(self.clock()), applied)
         if dry_run:
             return obj
         return self._write(key, "MODIFIED", obj, prev)
@@ -326,8 +350,8 @@ class ObjectStore:
         objects: dict[str, Obj] = {}
         raw: dict[str, bytes] = {}
         for key, event in undone.items():
-            if event.prev is not None and event.prev_raw is not None:
-                objects[key], raw[key] = event.prev, event.prev_raw
+            if event.prev_raw is not None:
+                objects[key], raw[key] = _obj(event.prev_raw), event.prev_raw
         keys = self.current().keys
         if any(event.type != "MODIFIED" for event in undone.values()):  # created or deleted
             keys = sorted((self.objects.keys() - undone.keys()) | objects.keys())
@@ -348,24 +372,30 @@ class ObjectStore:
         return key, obj
 
     @staticmethod
-    def _own(obj: Obj, manager: str, subresource: str | None, now: str) -> None:
-        """Record `manager` as the owner of the part it wrote (spec+labels, or status)."""
-        if subresource == "status":
-            fields: Obj = {"f:status": _fields(obj.get("status", {}))}
+    def _own(
+        obj: Obj, manager: str, subresource: str | None, now: str, applied: Obj | None = None
+    ) -> None:
+        """Record `manager` as the owner of the part it wrote (spec+labels, or status); with
+        `applied` (server-side apply: the fields of its configuration), as an Apply."""
+        operation = "Update" if applied is None else "Apply"
+        if applied is not None:
+            fields = applied
+        elif subresource == "status":
+            fields = {"f:status": fields_v1(obj.get("status", {}))}
         else:
             fields = {}
             if obj["metadata"].get("labels"):
                 labels: Obj = {f"f:{k}": {} for k in obj["metadata"]["labels"]}
                 fields["f:metadata"] = {"f:labels": {".": {}} | labels}
-            fields["f:spec"] = _fields(obj["spec"])
-        entry: Obj = {"manager": manager, "operation": "Update", "apiVersion": API_VERSION,
+            fields["f:spec"] = fields_v1(obj["spec"])
+        entry: Obj = {"manager": manager, "operation": operation, "apiVersion": API_VERSION,
                       "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields}  # fmt: skip
         if subresource is not None:
             entry["subresource"] = subresource
         entries = obj["metadata"]["managedFields"]
         for i, old in enumerate(entries):
             same = (old["manager"], old.get("subresource")) == (manager, subresource)
-            if same and old["operation"] == "Update":
+            if same and old["operation"] == operation:
                 entries[i] = entry
                 return
         entries.append(entry)
@@ -382,7 +412,10 @@ class ObjectStore:
             self.objects[key], self.raw[key] = obj, raw
         if type_ != "MODIFIED":
             self._keys = None
-        event = Event(self.rv, type_, key, obj, prev, raw, prev_raw, self.history_clock())
+        labels = obj["metadata"].get("labels") or _NO_LABELS
+        prev_labels = None if prev is None else prev["metadata"].get("labels") or _NO_LABELS
+        event = Event(self.rv, type_, key, raw, prev_raw, labels, prev_labels,
+                      self.history_clock())  # fmt: skip
         self.history.append(event)
         self.expire()
         for listener in list(self.listeners):

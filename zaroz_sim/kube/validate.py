@@ -86,16 +86,20 @@ class FieldError:
         return f"{self.field}: {self.body()}"
 
 
+class GoLiteral(str):
+    """A bad value printed as it is (Go's %#v of a non-string, e.g. `0x0`)."""
+
+
 def _go_value(value: Any) -> str:
     """How field.Error prints a bad value: strings quoted, numbers and booleans bare."""
+    if isinstance(value, GoLiteral):
+        return str(value)
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, str):
-        return orjson.dumps(value).decode()
     return orjson.dumps(value).decode()
 
 
@@ -115,6 +119,15 @@ def _at(obj: Any, path: list[str | int]) -> Any:
             return _NO_VALUE
         obj = obj[part]
     return obj
+
+
+# kube-openapi's words for the bounds it reports as FieldValueInvalid
+_BOUNDS = {"minLength": "should be at least {} chars long",
+           "minimum": "should be greater than or equal to {}",
+           "maximum": "should be less than or equal to {}",
+           "maxProperties": "should have at most {} properties",
+           "minProperties": "should have at least {} properties",
+           "minItems": "should have at least {} items"}  # fmt: skip
 
 
 def _kube_error(err: jsonschema_rs.ValidationError) -> FieldError:
@@ -144,25 +157,13 @@ def _kube_error(err: jsonschema_rs.ValidationError) -> FieldError:
         case "maxLength":
             return FieldError("FieldValueTooLong", name, f"may not be longer than {kind.limit}",
                               value)
-        case "minLength":
-            return FieldError("FieldValueInvalid", name,
-                              f"{where} should be at least {kind.limit} chars long", value)
         case "maxItems":
             count = len(value) if isinstance(value, list) else value
             return FieldError("FieldValueTooMany", name, f"must have at most {kind.limit} items",
                               count)
-        case "minimum":
-            return FieldError("FieldValueInvalid", name,
-                              f"{where} should be greater than or equal to {kind.limit}", value)
-        case "maximum":
-            return FieldError("FieldValueInvalid", name,
-                              f"{where} should be less than or equal to {kind.limit}", value)
-        case "maxProperties":
-            return FieldError("FieldValueInvalid", name,
-                              f"{where} should have at most {kind.limit} properties", value)
-        case "minItems":
-            return FieldError("FieldValueInvalid", name,
-                              f"{where} should have at least {kind.limit} items", value)
+    bound = _BOUNDS.get(kind.name)
+    if bound is not None:
+        return FieldError("FieldValueInvalid", name, f"{where} {bound.format(kind.limit)}", value)
     return FieldError("FieldValueInvalid", name, f"{where} {err.message}", value)
 
 

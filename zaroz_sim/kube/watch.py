@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import orjson
@@ -116,13 +116,13 @@ def _bookmark(rv: int, *, initial_events_end: bool = False) -> Obj:
 
 
 def _projector(
-    matches: Callable[[Obj], bool],
+    matches: Callable[[str, Mapping[str, str]], bool],
 ) -> Callable[[Event], tuple[str, Obj | bytes] | None]:
     """How the watch cache shows one event to a filtered watcher (None: not at all)."""
 
     def project(event: Event) -> tuple[str, Obj | bytes] | None:
-        now = matches(event.obj)
-        before = event.prev is not None and matches(event.prev)
+        now = matches(event.key, event.labels)
+        before = event.prev_labels is not None and matches(event.key, event.prev_labels)
         if event.type == "ADDED":
             return ("ADDED", event.raw) if now else None
         if event.type == "DELETED":
@@ -132,9 +132,9 @@ def _projector(
         if now:
             return "ADDED", event.raw
         if before:
-            assert event.prev is not None
-            gone = event.prev | {"metadata": event.prev["metadata"] | {
-                "resourceVersion": str(event.rv)}}  # fmt: skip
+            prev = event.prev
+            assert prev is not None
+            gone = prev | {"metadata": prev["metadata"] | {"resourceVersion": str(event.rv)}}
             return "DELETED", gone
         return None
 
@@ -170,10 +170,15 @@ async def serve_watch(
     send_initial = bool_param(query, "sendInitialEvents")
     resume = since is not None and send_initial is not True  # from `since`, out of the history
 
-    def matches(obj: Obj) -> bool:
-        meta = obj["metadata"]
-        return ((ns is None or meta["namespace"] == ns) and (name is None or meta["name"] == name)
-                and labels(meta.get("labels", {})) and fields(obj))  # fmt: skip
+    by_key = ns is not None or name is not None or bool(query.get("fieldSelector", "").strip())
+
+    def matches(key: str, obj_labels: Mapping[str, str]) -> bool:
+        if not by_key:
+            return labels(obj_labels)
+        obj_ns, obj_name = key.split("/", 1)
+        return ((ns is None or obj_ns == ns) and (name is None or obj_name == name)
+                and labels(obj_labels) and fields(
+                    {"metadata": {"namespace": obj_ns, "name": obj_name}}))  # fmt: skip
 
     project = _projector(matches)
     error: KubeError | None = None
@@ -195,7 +200,7 @@ async def serve_watch(
             pass  # from now on, no state
         elif not resume:
             initial = [(store.rv, ("ADDED", store.raw[key])) for key, obj in store.items()
-                       if matches(obj)]  # fmt: skip
+                       if matches(key, obj["metadata"].get("labels", {}))]  # fmt: skip
         else:
             assert since is not None
             initial = [(ev.rv, project(ev)) for ev in store.events_since(since)]

@@ -25,6 +25,7 @@ import jsonpatch
 import orjson
 import yaml
 
+from zaroz_sim.kube.params import bad_request
 from zaroz_sim.kube.select import merge_patch
 from zaroz_sim.kube.store import (
     API_VERSION,
@@ -35,9 +36,10 @@ from zaroz_sim.kube.store import (
     KubeError,
     Obj,
     ObjectStore,
+    fields_v1,
     not_found,
 )
-from zaroz_sim.kube.validate import StructuralSchema, invalid
+from zaroz_sim.kube.validate import FieldError, GoLiteral, StructuralSchema, invalid
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -59,10 +61,7 @@ class WriteOptions:
     field_validation: str = "Warn"
     warnings: list[str] = field(default_factory=list)  # filled in: what the answer warns of
     created: bool = False  # filled in: the write created the object (an apply can)
-
-
-def bad_request(message: str) -> KubeError:
-    return KubeError(400, "BadRequest", message)
+    applied: Obj | None = None  # a server-side apply's fields (fieldsV1), for managedFields
 
 
 def conflict(name: str) -> KubeError:
@@ -107,7 +106,8 @@ class Writer:
             meta["name"] = f"{meta['generateName']}{suffix}"
         obj.pop("status", None)
         self._check(obj, None, opts, meta.get("name") or "")
-        result = self.store.add(obj, manager=opts.manager, dry_run=opts.dry_run)
+        result = self.store.add(obj, manager=opts.manager, dry_run=opts.dry_run,
+                                applied=opts.applied)  # fmt: skip
         opts.created = True
         return result
 
@@ -118,14 +118,11 @@ class Writer:
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if not rv:
-            err = invalid(KIND, GROUP, name, [])
-            message = (f'{KIND}.{GROUP} "{name}" is invalid: metadata.resourceVersion: Invalid '
-                       "value: 0x0: must be specified for an update")
-            details = (err.details or {}) | {"causes": [{
-                "reason": "FieldValueInvalid", "field": "metadata.resourceVersion",
-                "message": "Invalid value: 0x0: must be specified for an update"}]}  # fmt: skip
-            raise KubeError(422, "Invalid", message, details)
-        return self._update(namespace, name, obj, subresource, options or WriteOptions())
+            raise invalid(KIND, GROUP, name, [FieldError(
+                "FieldValueInvalid", "metadata.resourceVersion", "must be specified for an update",
+                GoLiteral("0x0"))])  # fmt: skip
+        return self._update(namespace, name, obj, subresource, options or WriteOptions(),
+                            fresh=True)  # fmt: skip
 
     def patch(
         self,
@@ -149,9 +146,12 @@ class Writer:
         body = self._patch_body(patch, patch_type)
         key = f"{namespace}/{name}"
         current = self.store.objects.get(key)
+        if patch_type == APPLY_PATCH:
+            body = self._named(body, name)
+            opts.applied = applied_fields(body)
         if current is None:
             if patch_type == APPLY_PATCH and subresource is None:
-                return self.create(namespace, self._named(body, name), opts)
+                return self.create(namespace, body, opts)
             raise not_found(name)
         base = self.store.raw[key]
         if patch_type == MERGE_PATCH:
@@ -167,13 +167,17 @@ class Writer:
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise KubeError(422, "Invalid", str(exc)) from None
         else:
-            patched = _apply(orjson.loads(base), self._named(body, name))
+            live = orjson.loads(base)
+            patched = _apply(live, body)
+            assert opts.manager is not None and opts.applied is not None
+            for path in _released(live, opts.manager, opts.applied):
+                _remove(patched, path)
         if not isinstance(patched, dict):
             raise bad_request("the patched object is not a JSON object")
         meta = patched.get("metadata")
         if isinstance(meta, dict) and meta.get("resourceVersion") in (None, ""):
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
-        return self._update(namespace, name, patched, subresource, opts)
+        return self._update(namespace, name, patched, subresource, opts, fresh=True)
 
     def delete(self, namespace: str, name: str, options: Mapping[str, Any] | None = None,
                *, dry_run: bool = False) -> Obj:  # fmt: skip
@@ -189,14 +193,17 @@ class Writer:
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
             raise conflict(name)
         if dry_run:
-            return orjson.loads(self.store.raw[key])  # type: ignore[no-any-return]
+            last: Obj = orjson.loads(self.store.raw[key])
+            return last
         return self.store.delete(namespace, name)
 
     # -- the steps -------------------------------------------------------------------------------
 
     @staticmethod
-    def _decoded(body: Any) -> Obj:
-        obj = _copy(orjson.loads(body) if isinstance(body, bytes | str) else body)
+    def _decoded(body: Any, *, copy: bool = True) -> Obj:
+        """The body as a dict of its own (`copy`: it may be the caller's), of our kind."""
+        raw = isinstance(body, bytes | str)
+        obj = orjson.loads(body) if raw else (_copy(body) if copy else body)
         if not isinstance(obj, dict):
             raise bad_request("the body of the request is not a JSON object")
         if "kind" not in obj or "apiVersion" not in obj:
@@ -230,12 +237,13 @@ class Writer:
             raise bad_request(f"error decoding patch: {exc}") from None
 
     def _update(self, namespace: str, name: str, obj: Obj, subresource: str | None,
-                opts: WriteOptions) -> Obj:  # fmt: skip
+                opts: WriteOptions, *, fresh: bool = False) -> Obj:  # fmt: skip
+        """`fresh`: `obj` is this write's own (decoded or patched here), not to be copied."""
         key = f"{namespace}/{name}"
         current = self.store.objects.get(key)
         if current is None:
             raise not_found(name)
-        obj = self._decoded(obj)
+        obj = self._decoded(obj, copy=not fresh)
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
@@ -247,7 +255,7 @@ class Writer:
                               " sent on the request")  # fmt: skip
         if str(meta.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
             raise conflict(name)
-        new = _copy(current)
+        new: Obj = orjson.loads(self.store.raw[key])
         if subresource == "status":
             new.pop("status", None)
             if "status" in obj:
@@ -266,7 +274,7 @@ class Writer:
         if subresource != "status" and _spec_of(new) != _spec_of(current):
             new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         return self.store.replace(new, manager=opts.manager, subresource=subresource,
-                                  dry_run=opts.dry_run)  # fmt: skip
+                                  dry_run=opts.dry_run, applied=opts.applied)  # fmt: skip
 
     def _check(self, obj: Obj, old: Obj | None, opts: WriteOptions, name: str) -> None:
         pruned = self.schema.prune(obj)
@@ -288,10 +296,62 @@ def _ordered_meta(server: Obj, user: Obj) -> Obj:
     return out
 
 
+def applied_fields(config: Obj) -> Obj:
+    """The fields (FieldsV1) an applied configuration sets: labels, annotations, the rest."""
+    out: Obj = {}
+    meta = config.get("metadata") or {}
+    owned: Obj = {f"f:{part}": {".": {}} | {f"f:{k}": {} for k in meta[part]}
+             for part in ("labels", "annotations") if meta.get(part)}  # fmt: skip
+    if owned:
+        out["f:metadata"] = owned
+    for part, value in config.items():
+        if part not in ("apiVersion", "kind", "metadata"):
+            out[f"f:{part}"] = fields_v1(value)
+    return out
+
+
+Path = tuple[str, ...]
+
+
+def _leaves(fields: Obj, prefix: Path = ()) -> set[Path]:
+    out: set[Path] = set()
+    for key, sub in fields.items():
+        if key == ".":
+            continue
+        path = (*prefix, key.removeprefix("f:"))
+        children = {k: v for k, v in sub.items() if k != "."}
+        out |= _leaves(children, path) if children else {path}
+    return out
+
+
+def _released(live: Obj, manager: str, applied: Obj) -> set[Path]:
+    """The fields `manager` applied before and no longer does, that no other manager owns:
+    server-side apply removes them."""
+    mine: set[Path] = set()
+    others: set[Path] = set()
+    for entry in live["metadata"].get("managedFields", []):
+        leaves = _leaves(entry.get("fieldsV1", {}))
+        if entry["manager"] == manager and entry["operation"] == "Apply":
+            mine |= leaves
+        elif entry.get("subresource") is None:
+            others |= leaves
+    return mine - _leaves(applied) - others
+
+
+def _remove(obj: Any, path: Path) -> None:
+    for part in path[:-1]:
+        if not isinstance(obj, dict) or part not in obj:
+            return
+        obj = obj[part]
+    if isinstance(obj, dict):
+        obj.pop(path[-1], None)
+
+
 def _apply(live: Any, config: Any) -> Any:
     """Server-side apply, simplified: the applied configuration merged into the live object
     (maps merge, lists and scalars are replaced: the CRD declares no list types, so its lists
-    are atomic); fields other managers own are kept; conflicts are not reported (as --force)."""
+    are atomic); what this manager applied before and no longer does is removed (`_released`)
+    unless another manager owns it; conflicts are not reported (as with --force-conflicts)."""
     if not isinstance(config, dict) or not isinstance(live, dict):
         return config
     out = dict(live)
