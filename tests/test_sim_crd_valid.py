@@ -110,3 +110,42 @@ def test_specs_are_written_by_patch_and_by_update(written):
                for e in spec_writes if e.prev is not None)
     managers = {m["manager"] for e in events for m in e.obj["metadata"]["managedFields"]}
     assert managers == {"kernel", "zaroz-agent"}
+
+
+def test_an_agent_refuses_a_spec_broken_by_someone_else_until_it_is_fixed():
+    """What `kubectl patch` does to a live unit: its agent reads the stored spec, refuses it
+    (a label key the contract forbids), keeps the generation it had; a fix is acknowledged."""
+    logs, _ = finite_logs(seed=3, workloads=1, seconds=900, rate=0.3)
+    ((wl, evs),) = logs.items()
+    kube = KubeEmulator(seed=3)
+    mirror = ClusterMirror(kube, seed=3, p_stuck=0.0, invalid_spec_workloads=())
+    # a unit whose allocations the agent acknowledges, several times
+    acks = [e["unit"]["id"] for e in evs if e["type"] == "unit.allocation_delivered"]
+    unit = max(set(acks), key=acks.count)
+    assert acks.count(unit) >= 3
+    at = [i for i, e in enumerate(evs) if e["type"] == "unit.allocation_delivered"
+          and e["unit"]["id"] == unit]
+    mirror.apply(wl, evs[:at[0] + 1])
+    u = mirror.units[unit]
+
+    def stored() -> dict[str, Any]:
+        return kube.get(u.namespace, u.name)
+
+    obj = stored()
+    assert obj["status"]["observedGeneration"] == obj["spec"]["generation"]
+    broken = obj["spec"]["generation"] + 1
+    kube.patch_object(u.namespace, u.name, {"spec": {"generation": broken,
+                                                     "labels": {"Not A Label Key": "x"}}},
+                      "merge", manager="kubectl-patch")
+    mirror.apply(wl, evs[at[0] + 1:at[1] + 1])  # the kernel writes again, the agent acks
+    obj = stored()
+    assert obj["spec"]["generation"] > broken  # the kernel's write came after, on top
+    assert "Not A Label Key" in obj["spec"]["labels"]  # a merge patch keeps what it omits
+    assert obj["status"]["observedGeneration"] < broken  # refused: never observed
+    kube.patch_object(u.namespace, u.name, {"spec": {"generation": obj["spec"]["generation"] + 1,
+                                                     "labels": {"Not A Label Key": None}}},
+                      "merge", manager="kubectl-patch")
+    mirror.apply(wl, evs[at[1] + 1:at[2] + 1])
+    obj = stored()
+    assert obj["status"]["observedGeneration"] == obj["spec"]["generation"]  # fixed: acked
+    assert not mirror.refused
