@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.commands.errors import ConfigError
+from exporter.vocabulary import KUBE_WATCH_LIST_CHOICES
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
@@ -98,7 +99,7 @@ def _kube_flags(p: argparse.ArgumentParser, default_mode: str) -> None:
     _add(p, "--kube-watch-list", help="sync UnitSignals by the streaming list (one watch with "
          "sendInitialEvents, no large LIST responses): auto (where the API server offers it, "
          "else paginated LISTs), on (only), or off (paginated LISTs)", default="auto",
-         choices=["auto", "on", "off"])
+         choices=list(KUBE_WATCH_LIST_CHOICES))
     _add(p, "--unitsignal-labels-allowlist", help="UnitSignal labels exported as label_<name> "
          "on zaroz_unitsignal_labels (comma-separated)", type=_csv, default=[])
 

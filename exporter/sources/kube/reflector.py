@@ -60,14 +60,13 @@ from exporter.sources.kube.api import (
 from exporter.sources.kube.handler import Key, ObjectHandler, object_key, resource_version
 from exporter.sources.ports import KubeRecorder
 from exporter.sources.tasks import cancel
-from exporter.vocabulary import KUBE_LIST_MODES, scope_label
+from exporter.vocabulary import KUBE_LIST_MODES, KUBE_WATCH_LIST_CHOICES, scope_label
 
-__all__ = ["WATCH_LIST_CHOICES", "KubeSource", "ObjectHandler", "Reflector", "WatchListSupport"]
+__all__ = ["KubeSource", "ObjectHandler", "Reflector", "WatchListSupport"]
 
 log = logging.getLogger(__name__)
 
 _SLICE = 100  # list items applied between two yields to the event loop
-WATCH_LIST_CHOICES = ("auto", "on", "off")  # --kube-watch-list
 WATCH_LIST, PAGINATED = KUBE_LIST_MODES
 
 
@@ -166,8 +165,9 @@ class Reflector:
         watch_list_wait: float = 10.0,
         support: WatchListSupport | None = None,
     ) -> None:
-        if watch_list not in WATCH_LIST_CHOICES:
-            raise ValueError(f"watch_list must be one of {WATCH_LIST_CHOICES}, not {watch_list!r}")
+        if watch_list not in KUBE_WATCH_LIST_CHOICES:
+            raise ValueError(f"watch_list must be one of {KUBE_WATCH_LIST_CHOICES}, "
+                             f"not {watch_list!r}")
         self.api = api
         self.handler = handler
         self.metrics = metrics
