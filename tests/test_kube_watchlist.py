@@ -386,3 +386,28 @@ async def test_the_collector_is_paused_through_the_initial_events_only(emu, sess
     finally:
         await r.stop()
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(("flag", "mode"), [([], "watch-list"), (["--kube-watch-list", "off"],
+                                                                  "paginated")])
+async def test_serve_says_which_it_uses(emu, flag, mode):
+    """`serve` streams by default (auto) and says so in /metrics; off lists paginated."""
+    from exporter.cli import build_parser
+    from exporter.commands.config import ServeConfig
+    from exporter.commands.serve import start
+    from tests.simlogs import parse
+
+    populate(emu, 30)
+    args = build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--kube", "on",
+                                      "--kube-api-url", str(emu.url), *flag])
+    running = await start(ServeConfig.from_args(args))
+    try:
+        await until(running.ready, timeout=10)
+        async with aiohttp.ClientSession() as s, s.get(f"{running.url}/metrics") as r:
+            samples = parse(await r.text())
+    finally:
+        await running.stop()
+    got = {dict(labels)["mode"]: v for (m, labels), v in samples.items()
+           if m == "zaroz_kube_list_mode"}
+    assert got == {mode: 1, ({"watch-list", "paginated"} - {mode}).pop(): 0}
+    assert (emu.count("list") == 0) is (mode == "watch-list")
