@@ -1,6 +1,6 @@
 """The streaming list (client-go's watch-list) against the Kubernetes emulator: a sync by one
 watch with sendInitialEvents where the server offers it, and paginated LISTs where it refuses
-(400) or ignores (no initial-events-end bookmark) the parameters; the objects held after either
+(400, 422) or ignores (no initial-events-end bookmark) the parameters; the objects held after either
 are the same, deletions while away included."""
 
 from __future__ import annotations
@@ -63,14 +63,10 @@ class Old(KubeEmulator):
         self.app.middlewares.append(ignoring)
 
 
-async def started(emu: KubeEmulator) -> KubeEmulator:
-    await emu.start()
-    return emu
-
-
 @pytest.fixture
 async def emu() -> AsyncIterator[KubeEmulator]:
-    e = await started(KubeEmulator(seed=1, bookmark_interval_s=0.05))
+    e = KubeEmulator(seed=1, bookmark_interval_s=0.05)
+    await e.start()
     yield e
     await e.stop()
 
