@@ -186,9 +186,11 @@ def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: 
         lambda ns: NamespaceHandler(model, ns, owns, metrics.decoded(scope_label(ns))),
         metrics, namespaces=list(config.namespace) or None,
         label_selector=config.label_selector or None, backoff_factory=backoff,
+        watch_list=config.kube_watch_list,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
-                                            "namespaces": ",".join(config.namespace) or "*"})
+                                            "namespaces": ",".join(config.namespace) or "*",
+                                            "watch_list": config.kube_watch_list})
     return source
 
 
