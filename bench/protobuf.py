@@ -28,7 +28,6 @@ import orjson
 
 from bench._common import header, interleaved, ms, spread, table
 from bench.scrape import Side, build_zaroz, change, label_values, timed_scrape
-from exporter.sinks.metrics import protobuf
 from exporter.sinks.metrics.exposition import Format, render, render_bytes
 from exporter.sinks.metrics.pbprime import prime_steps
 
@@ -46,14 +45,18 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     gauges, hists = label_values(args.series, args.histograms, seed=7)
     sides: dict[str, Side] = {}
+
+    def pb_scrape(reg: Any) -> bytes:
+        return render_bytes(reg, Format.PROTOBUF)
+
     for name, scrape in (("text 0.0.4", lambda reg: b"".join(render(reg))),
-                         ("protobuf (delimited)", protobuf.render_bytes)):
+                         ("protobuf (delimited)", pb_scrape)):
         gc.collect()
         t = time.perf_counter()
         side, reg = build_zaroz(gauges, hists)
         side.name, side.scrape = name, (lambda reg=reg, scrape=scrape: scrape(reg))
         side.build_s = time.perf_counter() - t
-        primed = primed_first(reg) if scrape is protobuf.render_bytes else ""
+        primed = primed_first(reg) if scrape is pb_scrape else ""
         t = time.perf_counter()
         side.size = len(side.scrape())
         side.first_s = time.perf_counter() - t
@@ -85,7 +88,7 @@ def primed_first(reg: Any) -> str:
     render of what is left. Returns the figures as text."""
     gaps = []
     t0 = last = time.perf_counter()
-    for _ in prime_steps(reg):
+    for _ in prime_steps(reg, text=False):
         now = time.perf_counter()
         gaps.append(now - last)
         last = now

@@ -329,9 +329,18 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_kube_relists_total", Kind.COUNTER,
-        "Full LISTs started, by reason: initial, expired (410: the watch's resourceVersion was "
-        "compacted), error (the watch was refused for another reason).",
+        "Full LISTs (paginated, or a streaming list) started, by reason: initial, expired (410: "
+        "the watch's resourceVersion was compacted), error (the watch was refused for another "
+        "reason).",
         ("scope", "reason"), group="kube",
+    ),
+    Metric(
+        "zaroz_kube_list_mode", Kind.GAUGE,
+        "How the reflector's last full LIST was made: 1 for its mode, 0 for the other. "
+        "watch-list: one watch streaming the objects (sendInitialEvents, where the API server "
+        "offers it); paginated: LIST pages (a server that refuses or ignores the streaming "
+        "list, or --kube-watch-list off). Both 0 before the first.",
+        ("scope", "mode"), group="kube",
     ),
     Metric(
         "zaroz_kube_objects", Kind.GAUGE,
@@ -352,7 +361,8 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_kube_watch_events_total", Kind.COUNTER,
-        "Watch events received by type: ADDED, MODIFIED, DELETED, BOOKMARK, ERROR, unknown.",
+        "Watch events received by type: ADDED, MODIFIED, DELETED, BOOKMARK, ERROR, unknown (a "
+        "streaming list's initial ADDED events are its list, not counted here).",
         ("scope", "type"), group="kube",
     ),
     Metric(

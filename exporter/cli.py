@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.commands.errors import ConfigError
+from exporter.vocabulary import KUBE_WATCH_LIST_CHOICES
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
@@ -95,6 +96,10 @@ def _kube_flags(p: argparse.ArgumentParser, default_mode: str) -> None:
          "var); none: all namespaces", action="append", default=[])
     _add(p, "--label-selector", help="only UnitSignals matching this label selector",
          default=None)
+    _add(p, "--kube-watch-list", help="sync UnitSignals by the streaming list (one watch with "
+         "sendInitialEvents, no large LIST responses): auto (where the API server offers it, "
+         "else paginated LISTs), on (only), or off (paginated LISTs)", default="auto",
+         choices=list(KUBE_WATCH_LIST_CHOICES))
     _add(p, "--unitsignal-labels-allowlist", help="UnitSignal labels exported as label_<name> "
          "on zaroz_unitsignal_labels (comma-separated)", type=_csv, default=[])
 

@@ -52,6 +52,10 @@ VIOLATION_RULES = (
 # Kubernetes list/watch: bounded label values.
 KUBE_RELIST_REASONS = ("initial", "expired", "error")
 KUBE_WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR", "unknown")
+# How a reflector syncs: the streaming list (one watch with sendInitialEvents), or paginated LISTs.
+KUBE_LIST_MODES = ("watch-list", "paginated")
+# --kube-watch-list: the streaming list where offered (auto), only (on), never (off).
+KUBE_WATCH_LIST_CHOICES = ("auto", "on", "off")
 
 # The webhook receiver's results, each a `result` of zaroz_webhook_deliveries_total. What a
 # signed, parsed delivery did (the model's `WorkloadLog.offer` results, and the intake's

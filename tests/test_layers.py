@@ -106,20 +106,12 @@ def upward_edges(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
-def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected groups of packages (by parent package), Tarjan's algorithm."""
-    pkg = {m: m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in graph}
-    edges: dict[str, set[str]] = {}
-    for m, targets in graph.items():
-        for t in targets:
-            tp = next((pkg[k] for k in (t, *[t.rsplit(".", i)[0] for i in range(1, 3)])
-                       if k in pkg), None)
-            if tp is not None and tp != pkg[m]:
-                edges.setdefault(pkg[m], set()).add(tp)
+def strongly_connected(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of more than one node that reach each other (Tarjan's algorithm), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    cycles: list[list[str]] = []
+    groups: list[list[str]] = []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
@@ -138,12 +130,33 @@ def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if w == v:
                     break
             if len(group) > 1:
-                cycles.append(sorted(group))
+                groups.append(sorted(group))
 
-    for v in sorted(set(pkg.values())):
+    for v in nodes:
         if v not in index:
             visit(v)
-    return cycles
+    return groups
+
+
+def package_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of packages (by parent package)."""
+    pkg = {m: m.rsplit(".", 1)[0] if m.count(".") > 1 else m for m in graph}
+    edges: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        for t in targets:
+            tp = next((pkg[k] for k in (t, *[t.rsplit(".", i)[0] for i in range(1, 3)])
+                       if k in pkg), None)
+            if tp is not None and tp != pkg[m]:
+                edges.setdefault(pkg[m], set()).add(tp)
+    return strongly_connected(sorted(set(pkg.values())), edges)
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Modules that import each other round a cycle (strongly connected groups of modules),
+    other than a package and the submodules it loads itself (`contract` and `detail`)."""
+    edges = {m: {t for t in targets if t in graph} for m, targets in graph.items()}
+    return [group for group in strongly_connected(sorted(graph), edges)
+            if not all(m == group[0] or m.startswith(group[0] + ".") for m in group)]
 
 
 def test_no_import_points_up_a_layer() -> None:
@@ -159,6 +172,12 @@ def test_no_package_cycle() -> None:
     assert package_cycles(imports("exporter")) == []
 
 
+def test_no_module_cycle() -> None:
+    """One direction is enough: within sinks/metrics, series and protobuf (encoding) <- table
+    <- family <- exposition; lazy imports count too."""
+    assert module_cycles(imports("exporter")) == []
+
+
 def test_the_checks_catch_an_upward_edge_and_a_cycle() -> None:
     graph = {"exporter.model.units": {"exporter.catalog"},
              "exporter.sources.route": {"exporter.sinks.metrics.route"},
@@ -168,6 +187,14 @@ def test_the_checks_catch_an_upward_edge_and_a_cycle() -> None:
     cyc = {"exporter.sinks.metrics.a": {"exporter.sinks.traces.b"},
            "exporter.sinks.traces.b": {"exporter.sinks.metrics.a"}}
     assert package_cycles(cyc) == [["exporter.sinks.metrics", "exporter.sinks.traces"]]
+    ring = {"exporter.sinks.metrics.family": {"exporter.sinks.metrics.protobuf"},
+            "exporter.sinks.metrics.protobuf": {"exporter.sinks.metrics.table"},
+            "exporter.sinks.metrics.table": {"exporter.sinks.metrics.family"},
+            "exporter.contract": {"exporter.contract.detail"},
+            "exporter.contract.detail": {"exporter.contract"}}
+    assert module_cycles(ring) == [["exporter.sinks.metrics.family",
+                                    "exporter.sinks.metrics.protobuf",
+                                    "exporter.sinks.metrics.table"]]
 
 
 def test_the_simulator_uses_nothing_of_the_exporter_but_its_words() -> None:

@@ -145,16 +145,16 @@ def test_protobuf_decodes_into_the_text_samples_through_changes(data):
             if fmt == "t":
                 got["t"] = text_samples(render_bytes(reg).decode())
             else:
-                got["p"] = pbdecode.samples(protobuf.render_bytes(reg))
+                got["p"] = pbdecode.samples(render_bytes(reg, Format.PROTOBUF))
         fresh_text = text_samples(render_bytes(reg).decode())
-        fresh_pb = pbdecode.samples(protobuf.render_bytes(reg))
+        fresh_pb = pbdecode.samples(render_bytes(reg, Format.PROTOBUF))
         assert same(fresh_pb, fresh_text)
         for v in got.values():
             assert same(v, fresh_text)
     # Families: names, help and types as the catalog says, only those with series.
     by_name = {m.name: m for m in metrics}
     want_type = {Kind.COUNTER: 0, Kind.GAUGE: 1, Kind.INFO: 1, Kind.HISTOGRAM: 4}
-    for mf in pbdecode.families(protobuf.render_bytes(reg)):
+    for mf in pbdecode.families(render_bytes(reg, Format.PROTOBUF)):
         assert mf.help == by_name[mf.name].help
         assert mf.type == want_type[by_name[mf.name].kind]
         assert len(mf.metric) > 0
@@ -211,9 +211,9 @@ def test_unitsignal_tables_protobuf_decodes_into_the_text_samples(data):
             if fmt == "t":
                 got = text_samples(render_bytes(reg).decode())
             else:
-                got = pbdecode.samples(protobuf.render_bytes(reg))
+                got = pbdecode.samples(render_bytes(reg, Format.PROTOBUF))
             assert same(got, text_samples(render_bytes(reg).decode()))
-        assert same(pbdecode.samples(protobuf.render_bytes(reg)),
+        assert same(pbdecode.samples(render_bytes(reg, Format.PROTOBUF)),
                     text_samples(render_bytes(reg).decode()))
     # Every row is there: one ready series per UnitSignal.
     text = text_samples(render_bytes(reg).decode())
@@ -242,7 +242,7 @@ def test_native_buckets_match_the_schema_definition(values, schema):
     s = reg["t_seconds"].labels()
     for x in values:
         s.observe_ns(x)
-    (mf,) = pbdecode.families(protobuf.render_bytes(reg))
+    (mf,) = pbdecode.families(render_bytes(reg, Format.PROTOBUF))
     h = mf.metric[0].histogram
     assert h.schema == schema
     assert h.zero_count == sum(1 for x in values if x == 0)
@@ -299,13 +299,13 @@ def test_restore_at_a_finer_schema_is_reduced_to_the_configured_one():
 def test_a_histogram_without_observations_is_native_and_classic_only_without_config():
     native = Registry([Metric("t_seconds", Kind.HISTOGRAM, "T.", (), (1.0,))])
     native["t_seconds"].labels()
-    (mf,) = pbdecode.families(protobuf.render_bytes(native))
+    (mf,) = pbdecode.families(render_bytes(native, Format.PROTOBUF))
     h = mf.metric[0].histogram
     # A zero threshold above 0 marks it native for Prometheus even before any observation.
     assert h.HasField("schema") and h.zero_threshold > 0
     classic = Registry([Metric("t_seconds", Kind.HISTOGRAM, "T.", (), (1.0,))], native=None)
     classic["t_seconds"].labels().observe(0.5)
-    (mf,) = pbdecode.families(protobuf.render_bytes(classic))
+    (mf,) = pbdecode.families(render_bytes(classic, Format.PROTOBUF))
     h = mf.metric[0].histogram
     assert not h.HasField("schema") and not h.positive_span
     assert [(b.upper_bound, b.cumulative_count) for b in h.bucket] == [(1.0, 1)]
@@ -315,7 +315,7 @@ def test_exemplars_ride_on_classic_buckets():
     reg = Registry([Metric("t_seconds", Kind.HISTOGRAM, "T.", ("workload",), (1.0, 5.0))])
     s = reg["t_seconds"].labels("w")
     s.observe_exemplar(2_500_000_000, "w", "u-1", "2024-05-01T10:00:00.25Z")
-    (mf,) = pbdecode.families(protobuf.render_bytes(reg))
+    (mf,) = pbdecode.families(render_bytes(reg, Format.PROTOBUF))
     b = mf.metric[0].histogram.bucket
     assert not b[0].HasField("exemplar")
     ex = b[1].exemplar
@@ -339,7 +339,7 @@ def test_exemplar_timestamps_agree_in_openmetrics_and_protobuf(at, want):
 
     reg = Registry([Metric("t_seconds", Kind.HISTOGRAM, "T.", ("workload",), (1.0, 5.0))])
     reg["t_seconds"].labels("w").observe_exemplar(2_500_000_000, "w", "u-1", at)
-    (mf,) = pbdecode.families(protobuf.render_bytes(reg))
+    (mf,) = pbdecode.families(render_bytes(reg, Format.PROTOBUF))
     ex = mf.metric[0].histogram.bucket[1].exemplar
     assert ex.value == 2.5
     pb = (ex.timestamp.seconds, ex.timestamp.nanos) if ex.HasField("timestamp") else None
@@ -427,10 +427,10 @@ def test_native_state_round_trips_through_a_series_after_a_scrape():
     assert state is not None and isinstance(state["schema"], int)
     new = Registry([metric], native=NativeConfig(4, 0))
     s = new["t_seconds"].labels()
-    protobuf.render_bytes(new)  # scraped before the restore
+    render_bytes(new, Format.PROTOBUF)  # scraped before the restore
     s.restore_native(state)  # type: ignore[union-attr]
-    (was,) = pbdecode.families(protobuf.render_bytes(old))
-    (now,) = pbdecode.families(protobuf.render_bytes(new))
+    (was,) = pbdecode.families(render_bytes(old, Format.PROTOBUF))
+    (now,) = pbdecode.families(render_bytes(new, Format.PROTOBUF))
     assert pbdecode.native_buckets(now.metric[0].histogram) == \
         pbdecode.native_buckets(was.metric[0].histogram) != {}
     assert Registry([metric], native=None)["t_seconds"].labels().native_state() is None
@@ -444,13 +444,13 @@ def test_a_callback_only_family_keeps_no_growing_protobuf_change_list():
     tick = [0]
     for i in range(100):
         fam.callback((str(i),), lambda i=i: tick[0] + i)
-    protobuf.render_bytes(reg)  # the protobuf form is kept from here on
+    render_bytes(reg, Format.PROTOBUF)  # the protobuf form is kept from here on
     for t in range(50):
         tick[0] = t + 1  # every callback's value moves at every text scrape
         render_bytes(reg)
     assert len(fam._pb_changed) <= len(fam.series)
     tick[0] = 1000
-    assert same(pbdecode.samples(protobuf.render_bytes(reg)),
+    assert same(pbdecode.samples(render_bytes(reg, Format.PROTOBUF)),
                 text_samples(render_bytes(reg).decode()))
 
 

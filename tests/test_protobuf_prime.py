@@ -97,9 +97,9 @@ def test_changes_while_priming_are_in_the_scrape(changes):
 
 
 def pbprime_render(reg: Registry):
-    from exporter.sinks.metrics import protobuf
+    from exporter.sinks.metrics.exposition import render_protobuf
 
-    return protobuf.render(reg)
+    return render_protobuf(reg)
 
 
 def signal_state(workload: str, lag: int) -> SignalState:

@@ -137,14 +137,14 @@ class SecretMirror(ClusterMirror):
 
     def __init__(self, kube: KubeEmulator) -> None:
         super().__init__(kube, seed=3)
-        create = kube.create
+        create = kube.create_object
 
-        def create_with(ns: str, name: str, spec: dict[str, Any], labels: Any = None,
-                        status: Any = None) -> Any:
-            spec = dict(spec, userData={"token": SECRET})
-            return create(ns, name, spec, dict(labels or {}, team="checkout"), status)
+        def create_with(ns: str, obj: dict[str, Any], **kw: Any) -> Any:
+            meta = dict(obj["metadata"], labels=dict(obj["metadata"]["labels"], team="checkout"))
+            spec = dict(obj["spec"], userData={"token": SECRET})
+            return create(ns, dict(obj, metadata=meta, spec=spec), **kw)
 
-        kube.create = create_with  # type: ignore[method-assign]
+        kube.create_object = create_with  # type: ignore[method-assign]
 
 
 async def test_demo_spans_carry_namespace_name_and_generations_and_no_user_data():

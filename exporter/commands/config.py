@@ -321,6 +321,7 @@ class ServeConfig:
     kube_skipped: str
     namespace: tuple[str, ...]
     label_selector: str | None
+    kube_watch_list: str
     unitsignal_labels_allowlist: tuple[str, ...]
 
     @classmethod
@@ -333,6 +334,7 @@ class ServeConfig:
             values[name] = tuple(values[name] or ())
         values["native"] = native_config(args)
         values["kube_skipped"] = values["kube_skipped"] or ""  # set only when auto skipped
+        values["kube_watch_list"] = values["kube_watch_list"] or "auto"  # the demo has no flag
         return cls(**values)
 
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import shlex
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from exporter.commands.config import ServeConfig
 from exporter.commands.errors import ConfigError
@@ -50,6 +57,51 @@ class EventStamp:
         return each
 
 
+KUBE_CONTEXT = "zaroz-demo"
+
+
+@dataclass
+class Kubeconfig:
+    """The demo cluster's kubeconfig, for kubectl and any client-go or Python client: in the
+    state directory when there is one, else in a temporary directory of its own (removed at
+    stop, as is the file)."""
+
+    path: Path
+    temporary: bool
+
+    @classmethod
+    def write(cls, url: str, state_dir: str | None) -> Kubeconfig:
+        if state_dir:
+            os.makedirs(state_dir, exist_ok=True)
+            path, temporary = Path(state_dir) / "demo-kubeconfig", False
+        else:
+            path, temporary = Path(tempfile.mkdtemp(prefix="zaroz-demo-")) / "kubeconfig", True
+        config = {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": KUBE_CONTEXT, "cluster": {"server": url}}],
+            "users": [{"name": KUBE_CONTEXT, "user": {}}],
+            "contexts": [{"name": KUBE_CONTEXT,
+                          "context": {"cluster": KUBE_CONTEXT, "user": KUBE_CONTEXT}}],
+            "current-context": KUBE_CONTEXT,
+        }
+        # 0600 from the start: a kubeconfig is a credential file, whatever it holds today.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o600)
+            yaml.safe_dump(config, f, sort_keys=False)
+        return cls(path, temporary)
+
+    def command(self) -> str:
+        """The one line to watch the demo's UnitSignals with kubectl."""
+        return f"KUBECONFIG={shlex.quote(str(self.path))} kubectl get unitsignals -A -w"
+
+    def remove(self) -> None:
+        if self.temporary:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
+        else:
+            self.path.unlink(missing_ok=True)
+
+
 @dataclass
 class Demo:
     """A started demo: the simulated platform and the exporter tailing it."""
@@ -61,12 +113,14 @@ class Demo:
     feed: LiveFeed
     route_url: str
     kube_url: str
+    kubeconfig: Kubeconfig
 
     async def stop(self) -> None:
         await self.running.stop()
         await self.feed.stop()
         await self.route.stop()
         await self.kube.stop()
+        self.kubeconfig.remove()
 
 
 async def start_demo(args: argparse.Namespace) -> Demo:
@@ -80,6 +134,7 @@ async def start_demo(args: argparse.Namespace) -> Demo:
                     history_s=args.history)
     route_url = await route.start(*_host_port(args.route_listen))
     kube_url = await kube.start()
+    kubeconfig = Kubeconfig.write(kube_url, getattr(args, "state_dir", None))
     feed.start()
     try:
         running = await start(ServeConfig.from_args(demo_serve_args(args, route_url, kube_url)))
@@ -87,8 +142,9 @@ async def start_demo(args: argparse.Namespace) -> Demo:
         await feed.stop()
         await route.stop()
         await kube.stop()
+        kubeconfig.remove()
         raise
-    return Demo(running, route, kube, mirror, feed, route_url, kube_url)
+    return Demo(running, route, kube, mirror, feed, route_url, kube_url, kubeconfig)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -101,6 +157,8 @@ async def run(args: argparse.Namespace) -> None:
         f"  overview                {url}/\n"
         f"  metrics                 {url}/metrics\n"
         f"  readiness               {url}/readyz\n"
+        f"Explore the cluster with kubectl:\n"
+        f"  {demo.kubeconfig.command()}\n"
         "Press Ctrl-C to stop.",
         flush=True,
     )
@@ -110,6 +168,7 @@ async def run(args: argparse.Namespace) -> None:
         await demo.feed.stop()
         await demo.route.stop()
         await demo.kube.stop()
+        demo.kubeconfig.remove()
 
 
 def demo_serve_args(args: argparse.Namespace, route_url: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import signal
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from exporter.commands.collector import STEP_S, Collector, tune
 from exporter.commands.config import ServeConfig
 from exporter.commands.errors import ConfigError
 from exporter.commands.startfrom import prepare_start
@@ -134,12 +136,27 @@ def _select_families(pipeline: Pipeline, families: Any) -> None:
 
 
 async def _expire_loop(running: Running, interval: float) -> None:
-    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py); the wall time of
-    the sweep is read here, never in the model."""
+    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py), in slices; the wall
+    time of the sweep is read here, never in the model."""
     clock = ExpiryClock()
     while True:
         await asyncio.sleep(interval)
-        clock.sweep(running.pipeline, running.caught_up, time.time_ns())
+        for _ in clock.sweep_steps(running.pipeline, running.caught_up, time.time_ns()):
+            await asyncio.sleep(0)  # 100k units are judged in slices: the loop stays free
+
+
+async def _collector_loop(running: Running, interval: float) -> None:
+    """The long-lived heap frozen out of the cyclic collector's walks (commands/collector.py):
+    first once every source is ready (checked every second), then every `interval`."""
+    tune()
+    collector = Collector()
+    while not collector.step(running.ready()):
+        await asyncio.sleep(1.0)
+    log.info("long-lived heap frozen out of the cyclic collector",
+             extra={"objects": gc.get_freeze_count()})
+    while True:
+        await asyncio.sleep(interval)
+        collector.step(True)
 
 
 async def _checkpoint_loop(running: Running, interval: float) -> None:
@@ -169,9 +186,11 @@ def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: 
         lambda ns: NamespaceHandler(model, ns, owns, metrics.decoded(scope_label(ns))),
         metrics, namespaces=list(config.namespace) or None,
         label_selector=config.label_selector or None, backoff_factory=backoff,
+        watch_list=config.kube_watch_list,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
-                                            "namespaces": ",".join(config.namespace) or "*"})
+                                            "namespaces": ",".join(config.namespace) or "*",
+                                            "watch_list": config.kube_watch_list})
     return source
 
 
@@ -262,7 +281,8 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             running.sources.append(source)
             opened.push_async_callback(source.stop)  # also when its start fails half-way
             await source.start()
-    loops = {"expire": _expire_loop(running, config.unit_expiry_interval)}
+    loops = {"expire": _expire_loop(running, config.unit_expiry_interval),
+             "collector": _collector_loop(running, STEP_S)}
     if checkpointer is not None and config.checkpoint_interval > 0:
         loops["checkpoint"] = _checkpoint_loop(running, config.checkpoint_interval)
     for name, loop in loops.items():

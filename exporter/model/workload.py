@@ -222,12 +222,18 @@ class WorkloadLog:
         if self.pending:
             self.give_up(max(self.pending))
 
-    def expire(self, now_ns: int) -> None:
-        """Drop units with no event for the idle limit, so memory stays bounded."""
+    def expire(self, now_ns: int, uids: Iterable[str] | None = None) -> None:
+        """Drop units with no event for the idle limit, so memory stays bounded; only those of
+        `uids` that are still there when given (a sweep in slices: wiring/expiry.py)."""
         limit = now_ns - self.idle_ns
-        stale = [uid for uid, u in self.units.items() if parse_rfc3339_ns(u.last) < limit]
+        units = self.units
+        if uids is None:
+            stale = [uid for uid, u in units.items() if parse_rfc3339_ns(u.last) < limit]
+        else:
+            stale = [uid for uid in uids
+                     if (u := units.get(uid)) is not None and parse_rfc3339_ns(u.last) < limit]
         for uid in stale:
-            del self.units[uid]
+            del units[uid]
         if stale:
             self.expired += len(stale)
             self._mark()

@@ -48,11 +48,10 @@ def _gauge(registry: Registry, name: str) -> dict[tuple[str, ...], float]:
             for k, s in registry.gauge(name).series.items()}
 
 
-def _measurement(history: History, current: Snapshot, window: float, wl: str, m: str
-                 ) -> dict[str, Any]:
-    now = current.at
-    latest = current.counts.get(wl, {}).get(m)
-    base = history.since(now, window)
+def _measurement(base: Snapshot, snaps: list[Snapshot], wl: str, m: str) -> dict[str, Any]:
+    """One workload's measurement over the window: `base` the snapshot the window starts at,
+    `snaps` the trend's points ending with the current snapshot."""
+    latest = snaps[-1].counts.get(wl, {}).get(m)
     d = delta(latest, base.counts.get(wl, {}).get(m))
     bounds = BOUNDS[m]
     counts = list(d) if d is not None else [0] * (len(bounds) + 1)
@@ -61,7 +60,6 @@ def _measurement(history: History, current: Snapshot, window: float, wl: str, m:
         out[name] = _num(bucket_quantile(q, bounds, counts))
     out["buckets"] = counts
     trend: list[float | None] = []
-    snaps = [*history.series(now, window, TREND_POINTS), current]
     for a, b in itertools.pairwise(snaps):
         step = delta(b.counts.get(wl, {}).get(m), a.counts.get(wl, {}).get(m))
         trend.append(_num(bucket_quantile(0.95, bounds, step)) if step else None)
@@ -72,21 +70,26 @@ def _measurement(history: History, current: Snapshot, window: float, wl: str, m:
 def _signals(registry: Registry, now: float) -> dict[str, Any]:
     table = registry.table("zaroz_unitsignal_generation_lag").table
     if table is None:
-        return {"watched": False, "total": 0, "lagging": 0, "oldest_unobserved": [],
-                "stuck_invalid_spec": []}
-    lagging: list[tuple[float, Key, Any]] = []
-    invalid: list[tuple[float, Key, Any]] = []
+        return UNWATCHED
+    lagging: dict[Key, Any] = {}
     states = table.states
     # The only table with this column is UnitSignalMetrics.rows, keyed by (namespace, name).
     for key, slot in cast("dict[Key, int]", table.slots).items():
         s = states[slot]
-        if s is None:
-            continue
-        if s.generation_lag > 0:
-            since = s.pending_since if s.pending_since is not None else now
-            lagging.append((since, key, s))
-            if s.stuck_invalid_spec:
-                invalid.append((since, key, s))
+        if s is not None and s.generation_lag > 0:
+            lagging[key] = s
+    return signal_summary(len(table), lagging, now)
+
+
+UNWATCHED: dict[str, Any] = {"watched": False, "total": 0, "lagging": 0,
+                             "oldest_unobserved": [], "stuck_invalid_spec": []}
+
+
+def signal_summary(total: int, lagging: dict[Key, Any], now: float) -> dict[str, Any]:
+    """The UnitSignals behind (`lagging`: key -> state) as the overview lists them."""
+    behind = [(s.pending_since if s.pending_since is not None else now, key, s)
+              for key, s in lagging.items()]
+    invalid = [t for t in behind if t[2].stuck_invalid_spec]
 
     def row(since: float, key: tuple[str, str], s: Any) -> dict[str, Any]:
         return {"namespace": key[0], "name": key[1], "workload": s.workload,
@@ -95,9 +98,9 @@ def _signals(registry: Registry, now: float) -> dict[str, Any]:
                 "spec_valid": bool(s.spec_valid), "stuck_invalid_spec": bool(s.stuck_invalid_spec),
                 "phase": s.phase}
 
-    oldest = heapq.nsmallest(SIGNAL_LIMIT, lagging, key=lambda t: (t[0], t[1]))
+    oldest = heapq.nsmallest(SIGNAL_LIMIT, behind, key=lambda t: (t[0], t[1]))
     stuck = heapq.nsmallest(SIGNAL_LIMIT, invalid, key=lambda t: (t[0], t[1]))
-    return {"watched": True, "total": len(table), "lagging": len(lagging),
+    return {"watched": True, "total": total, "lagging": len(behind),
             "stuck_invalid_spec_total": len(invalid),
             "oldest_unobserved": [row(*t) for t in oldest],
             "stuck_invalid_spec": [row(*t) for t in stuck]}
@@ -121,20 +124,43 @@ def _health(registry: Registry, readiness: Readiness, now: float,
     }
 
 
+COUNTERS = (  # what the overview sums by workload: (key, family, label summed apart)
+    ("events", "zaroz_events_total", None),
+    ("startups", "zaroz_unit_startups_total", 1),
+    ("allocations", "zaroz_unit_allocations_total", 1),
+    ("gaps", "zaroz_events_gaps_total", None),
+    ("missing", "zaroz_events_missing_total", None),
+    ("duplicates", "zaroz_events_duplicate_total", None),
+    ("invalid", "zaroz_events_invalid_total", None),
+    ("skew", "zaroz_events_clock_skew_total", None),
+)
+ANOMALIES = ("gaps", "missing", "duplicates", "invalid", "skew")
+
+
 def overview(registry: Registry, history: History, readiness: Readiness, now: float,
              last_scrape: float | None = None, window: float = WINDOW_S) -> dict[str, Any]:
-    events = _by_workload(registry, "zaroz_events_total")
-    startups = _by_workload(registry, "zaroz_unit_startups_total", 1)
-    allocs = _by_workload(registry, "zaroz_unit_allocations_total", 1)
-    anomalies = {
-        "gaps": _by_workload(registry, "zaroz_events_gaps_total"),
-        "missing": _by_workload(registry, "zaroz_events_missing_total"),
-        "duplicates": _by_workload(registry, "zaroz_events_duplicate_total"),
-        "invalid": _by_workload(registry, "zaroz_events_invalid_total"),
-        "skew": _by_workload(registry, "zaroz_events_clock_skew_total"),
-    }
-    tracked = _gauge(registry, "zaroz_workload_units_tracked")
+    """The overview computed from scratch (every series, every row): what `Overview.data`
+    keeps up to date incrementally (overview/aggregates.py), and what tests compare it with."""
+    sums = {k: _by_workload(registry, fam, label) for k, fam, label in COUNTERS}
     current = take(registry, now)
+    base = history.since(now, window)
+    snaps = [*history.series(now, window, TREND_POINTS), current]
+
+    def measure(wl: str, m: str) -> dict[str, Any]:
+        return _measurement(base, snaps, wl, m)
+
+    return assemble(registry, readiness, now, last_scrape, window, sums, current, measure,
+                    _signals(registry, now))
+
+
+def assemble(registry: Registry, readiness: Readiness, now: float, last_scrape: float | None,
+             window: float, sums: dict[str, dict[str, Any]], current: Snapshot,
+             measure: Callable[[str, str], dict[str, Any]], signals: dict[str, Any]
+             ) -> dict[str, Any]:
+    """The overview's dict from its parts (the counters' sums by workload, the histograms'
+    current snapshot, each workload's measurements, the UnitSignals behind)."""
+    events, startups, allocs = sums["events"], sums["startups"], sums["allocations"]
+    tracked = _gauge(registry, "zaroz_workload_units_tracked")
     names = sorted(set(events) | {k[0] for k in tracked} | set(current.counts))
     workloads = []
     for wl in names:
@@ -142,12 +168,11 @@ def overview(registry: Registry, history: History, readiness: Readiness, now: fl
             "workload": wl,
             "events": events.get(wl, 0),
             "units_tracked": int(tracked.get((wl,), 0)),
-            "measurements": {m: _measurement(history, current, window, wl, m)
-                             for m, _ in MEASUREMENTS},
+            "measurements": {m: measure(wl, m) for m, _ in MEASUREMENTS},
             "startups": {o: startups.get(wl, {}).get(o, 0) for o in vocabulary.STARTUP_OUTCOMES},
             "allocations": {o: allocs.get(wl, {}).get(o, 0)
                             for o in vocabulary.ALLOCATION_OUTCOMES},
-            "anomalies": {k: v.get(wl, 0) for k, v in anomalies.items()},
+            "anomalies": {k: sums[k].get(wl, 0) for k in ANOMALIES},
         })
     return {
         "generated_at": round(now, 3),
@@ -155,5 +180,5 @@ def overview(registry: Registry, history: History, readiness: Readiness, now: fl
         "bounds": {m: list(b) for m, b in BOUNDS.items()},
         "exporter": _health(registry, readiness, now, last_scrape),
         "workloads": workloads,
-        "unitsignals": _signals(registry, now),
+        "unitsignals": signals,
     }

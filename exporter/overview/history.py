@@ -7,6 +7,7 @@ Snapshots are taken by the web layer on a timer; the model and the metrics never
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter import catalog
@@ -67,16 +68,21 @@ class History:
     before anything was applied, or standing in for it), so a window longer than the uptime
     covers everything seen so far."""
 
-    def __init__(self, registry: Registry, *, step: float = 10.0, keep: float = 330.0) -> None:
+    def __init__(self, registry: Registry, *, step: float = 10.0, keep: float = 330.0,
+                 snapshot: Callable[[float], Snapshot] | None = None) -> None:
+        """`snapshot(at)`: the counts now, as `take` gives them (the live overview keeps them
+        up to date from the changes instead of reading every series)."""
         self.registry = registry
         self.step = step
         self.ring: deque[Snapshot] = deque(maxlen=int(keep / step) + 2)
+        self.snapshot = snapshot
 
     def tick(self, now: float) -> None:
         if not self.ring:
             self.ring.append(Snapshot(now, {}))
         if now - self.ring[-1].at >= self.step * 0.5:
-            self.ring.append(take(self.registry, now, self.ring[-1]))
+            self.ring.append(take(self.registry, now, self.ring[-1]) if self.snapshot is None
+                             else self.snapshot(now))
 
     def since(self, now: float, window: float) -> Snapshot:
         """The newest snapshot at least `window` old, else the oldest held."""

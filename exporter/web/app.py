@@ -65,13 +65,15 @@ class MetricsServer:
         self.app.router.add_get("/readyz", self.readyz)
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
-        """Renders the whole exposition before the first await (so it is exactly the state a
-        checkpoint saved), then streams it chunk by chunk."""
+        """Renders what changed ahead, in slices that yield (pbprime.py), then the whole
+        exposition before the next await (so it is exactly the state a checkpoint saved: what
+        is left is what changed meanwhile, and joining cached bytes), then streams it chunk by
+        chunk."""
         start = time.perf_counter()
         fmt = negotiate(request.headers.get("Accept"))
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
-        if fmt is Format.PROTOBUF:  # the encoding not done yet, in slices: the loop stays free
-            await prime(self.registry)
+        pb = fmt is Format.PROTOBUF
+        await prime(self.registry, protobuf=pb, text=not pb)
         # From here to the rendered exposition, no await (render_checkpointed_async: it awaits
         # only the checkpoint's write, once the exposition is rendered, before it is sent).
         if self.held is not None:

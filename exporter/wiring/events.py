@@ -88,5 +88,9 @@ class Pipeline:
     def expire_workload(self, name: str, now_ns: int) -> None:
         """One workload's idle units (replay runs each on its own event clock)."""
         self.logs[name].expire(now_ns)
+        self.expire_traces(name, now_ns)
+
+    def expire_traces(self, name: str, now_ns: int) -> None:
+        """The traces of the units the model forgot at `now_ns` (with traces on)."""
         if self.traces is not None:
             self.traces.builder(name).expire(now_ns)

@@ -1,5 +1,6 @@
-"""Prometheus text 0.0.4 and OpenMetrics 1.0 rendering of a registry, and the choice between
-them and the protobuf exposition (`protobuf.py`) by the scrape's Accept header.
+"""Prometheus text 0.0.4, OpenMetrics 1.0 and protobuf rendering of a registry, and the choice
+between them by the scrape's Accept header. `protobuf.py` encodes (it knows no registry), so the
+modules of sinks/metrics import one way: series, protobuf <- table <- family <- exposition.
 
 Sample lines are the same in both formats for what we expose (counters keep `_total` on the
 sample, histograms and gauges are identical); only family headers, the `# EOF` trailer and the
@@ -16,6 +17,7 @@ from enum import StrEnum
 from exporter.catalog import Kind, Metric
 from exporter.sinks.metrics import protobuf
 from exporter.sinks.metrics.family import Registry
+from exporter.sinks.varint import varint
 
 TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -84,7 +86,7 @@ def header(m: Metric, openmetrics: bool) -> bytes:
 def render(registry: Registry, openmetrics: bool | Format = False) -> Iterator[bytes]:
     """The exposition in pieces, one family at a time (`openmetrics`: True/False, or a Format)."""
     if openmetrics is Format.PROTOBUF:
-        yield from protobuf.render(registry)
+        yield from render_protobuf(registry)
         return
     om = openmetrics is True or openmetrics is Format.OPENMETRICS
     # per-object tables: no exemplars, the same lines in both formats
@@ -99,6 +101,25 @@ def render(registry: Registry, openmetrics: bool | Format = False) -> Iterator[b
 
 def render_bytes(registry: Registry, openmetrics: bool | Format = False) -> bytes:
     return b"".join(render(registry, openmetrics))
+
+
+def render_protobuf(registry: Registry) -> Iterator[bytes]:
+    """The protobuf exposition in pieces: each family's length prefix and header, then its
+    metrics (tables by chunk, not joined, as in text), timed as the text render is
+    (Registry.rendered). Families without series are left out (a MetricFamily must hold a
+    metric). The extras (prometheus_client's process collectors) are transcoded from their
+    text."""
+    for metric, pieces in registry.rendered(
+            lambda f: f.pb_body(), lambda t: t.pb_pieces(),
+            lambda x: protobuf.transcode_families(x.render(False))):
+        if metric is None:
+            yield from pieces
+            continue
+        size = sum(map(len, pieces))
+        if size:
+            head = protobuf.family_header(metric)
+            yield varint(len(head) + size) + head
+            yield from pieces
 
 
 WRITE_SIZE = 65536

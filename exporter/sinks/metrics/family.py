@@ -44,6 +44,19 @@ class Held:
         self.version = 0
 
 
+class Watch:
+    """The series of a family changed (or removed) since its reader last looked: what the
+    overview reads instead of every series. Each render hands over the series it rendered;
+    those still waiting for a render are the family's `dirty`. Overflowing (nobody looked
+    for longer than the family has series) it only says so, and the reader reads it all."""
+
+    __slots__ = ("overflow", "series")
+
+    def __init__(self) -> None:
+        self.series: list[Series | HistogramSeries] = []
+        self.overflow = False
+
+
 S = TypeVar("S", bound=Series | HistogramSeries)
 C = TypeVar("C", bound=CallbackSeries)
 
@@ -56,7 +69,7 @@ class Family(Generic[S]):
     __slots__ = (
         "_body", "_held_version", "_om_body", "_pb_body", "_pb_changed", "_pb_held_version",
         "_pb_late", "_pb_lines", "_pb_next", "_pb_parts", "_pb_todo", "bounds_ns", "changed",
-        "dirty", "held", "live", "metric", "native", "series", "wl_index",
+        "dirty", "held", "live", "metric", "native", "series", "watches", "wl_index",
     )
 
     def __init__(self, metric: Metric, held: Held | None = None,
@@ -71,6 +84,7 @@ class Family(Generic[S]):
         self.series: dict[tuple[str, ...], S] = {}
         self.dirty: list[Series | HistogramSeries] = []
         self.live: list[CallbackSeries] = []
+        self.watches: list[Watch] = []
         # Series changed or removed since the checkpoint last stored them (None: this family
         # is not checkpointed); the state layer fills it on (sinks.metrics.state.track).
         self.changed: list[Series | HistogramSeries] | None = None
@@ -116,11 +130,28 @@ class Family(Generic[S]):
             self._pb_late.append(s)
         return s
 
+    def watch(self) -> Watch:
+        """Changes from now on (see Watch)."""
+        w = Watch()
+        self.watches.append(w)
+        return w
+
+    def _rendered(self, batch: list[Series | HistogramSeries]) -> None:
+        """Series taken off `dirty`, for the watches."""
+        for w in self.watches:
+            if not w.overflow:
+                w.series += batch
+                if len(w.series) > len(self.series) + 64:
+                    w.series.clear()
+                    w.overflow = True
+
     def remove(self, *values: str) -> None:
         s = self.series.pop(values, None)
         if s is not None:
             if self.changed is not None:  # its row goes at the next checkpoint
                 self.changed.append(s)
+            if self.watches:
+                self._rendered([s])
             self._body = self._pb_body = None
             if self._pb_parts is not None:
                 self._pb_parts.pop(s, None)
@@ -142,6 +173,8 @@ class Family(Generic[S]):
                     s.render()
             if tracked:
                 self._pb_changed += self.dirty
+            if self.watches:
+                self._rendered(self.dirty)
             self.dirty.clear()
             self._body = self._pb_body = None
         # No protobuf scrape for long (callback series count too): drop the protobuf form
@@ -150,6 +183,26 @@ class Family(Generic[S]):
             self._pb_parts = self._pb_todo = None
             self._pb_changed.clear()
             self._pb_late.clear()
+
+    def prime(self, budget: int) -> int:
+        """Render the text lines of up to `budget` series changed since the last render (ahead
+        of a scrape, in slices, so the loop stays free); returns how many are left. What the
+        scrape's render then has to do is what changed meanwhile."""
+        dirty = self.dirty
+        if not dirty:
+            return 0
+        n = min(budget, len(dirty))
+        batch = dirty[len(dirty) - n:]
+        del dirty[len(dirty) - n:]
+        for s in batch:
+            if s.line is None:
+                s.render()
+        if self._pb_parts is not None:
+            self._pb_changed += batch
+        if self.watches:
+            self._rendered(batch)
+        self._body = self._pb_body = None
+        return len(dirty)
 
     def pb_prime(self, budget: int) -> int:
         """Do up to `budget` series' worth of the first protobuf scrape's work ahead of it (in
@@ -169,6 +222,8 @@ class Family(Generic[S]):
                 for s in batch:
                     if s.line is None:
                         s.render()
+                if self.watches:
+                    self._rendered(batch)
                 self._body = None
                 self._pb_lines -= n
                 return len(self.series) + self._pb_lines

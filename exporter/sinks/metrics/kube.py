@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import CounterSeries, GaugeSeries
-from exporter.vocabulary import KUBE_RELIST_REASONS, KUBE_WATCH_EVENT_TYPES, scope_label
+from exporter.vocabulary import (
+    KUBE_LIST_MODES,
+    KUBE_RELIST_REASONS,
+    KUBE_WATCH_EVENT_TYPES,
+    scope_label,
+)
 
 __all__ = ["KubeMetrics", "scope_label"]
 
@@ -23,6 +28,7 @@ class KubeMetrics:
         self._relists = registry.counter("zaroz_kube_relists_total")
         self._objects = registry.gauge("zaroz_kube_objects")
         self._synced = registry.gauge("zaroz_kube_synced")
+        self._list_mode = registry.gauge("zaroz_kube_list_mode")
         self._events = registry.counter("zaroz_kube_watch_events_total")
         self._last_event = registry.gauge("zaroz_kube_last_watch_event_timestamp_seconds")
         # (scope, event type) -> its two series: one lookup per watch event, not two label sets
@@ -34,6 +40,8 @@ class KubeMetrics:
         self._objects.labels(scope)
         for reason in KUBE_RELIST_REASONS:
             self._relists.labels(scope, reason)
+        for mode in KUBE_LIST_MODES:
+            self._list_mode.labels(scope, mode)
 
     def decoded(self, scope: str) -> tuple[CounterSeries, CounterSeries]:
         """The (metadata-only, whole object) counts of one scope's handler."""
@@ -48,6 +56,11 @@ class KubeMetrics:
 
     def relist(self, scope: str, reason: str) -> None:
         self._relists.labels(scope, reason).inc()
+
+    def list_mode(self, scope: str, mode: str) -> None:
+        """The last sync was made this way: its series 1, the other 0."""
+        for m in KUBE_LIST_MODES:
+            self._list_mode.labels(scope, m).set(1 if m == mode else 0)
 
     def objects(self, scope: str, n: int) -> None:
         self._objects.labels(scope).set(n)
@@ -71,6 +84,8 @@ class KubeMetrics:
             del self._on_event[key]
         for gauge in (self._objects, self._synced, self._last_event):
             gauge.remove(scope)
+        for mode in KUBE_LIST_MODES:
+            self._list_mode.remove(scope, mode)
         for counter in (self._requests, self._failures, self._relists, self._events):
             for values in [v for v in counter.series if v[0] == scope]:
                 counter.remove(*values)

@@ -17,17 +17,12 @@ from __future__ import annotations
 import functools
 import re
 import struct
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from exporter.catalog import Kind, Metric
 from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import ZERO_THRESHOLD
 from exporter.sinks.metrics.series import HistogramSeries, Series, exemplar_time
 from exporter.sinks.varint import SMALL, VARINTS, varint
-
-if TYPE_CHECKING:
-    from exporter.sinks.metrics.family import Registry
 
 PROTOBUF_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
                  "encoding=delimited")
@@ -188,23 +183,6 @@ def encode_labels(block: str) -> bytes:
     return label_pairs(tuple(n for n, _ in found), tuple(_unescape(v) for _, v in found))
 
 
-def render(registry: Registry) -> Iterator[bytes]:
-    """The exposition in pieces: each family's length prefix and header, then its metrics
-    (tables by chunk, not joined, as in text), timed as the text render is (Registry.rendered).
-    Families without series are left out (a MetricFamily must hold a metric). The extras
-    (prometheus_client's process collectors) are transcoded from their text."""
-    for metric, pieces in registry.rendered(lambda f: f.pb_body(), lambda t: t.pb_pieces(),
-                                            lambda x: transcode_families(x.render(False))):
-        if metric is None:
-            yield from pieces
-            continue
-        size = sum(map(len, pieces))
-        if size:
-            head = family_header(metric)
-            yield varint(len(head) + size) + head
-            yield from pieces
-
-
 # prometheus_client's family types -> MetricType, and the Metric field of their values.
 _PARSED_TYPES = {"counter": (0, 0x1A), "gauge": (1, 0x12), "info": (1, 0x12),
                  "untyped": (3, 0x2A), "unknown": (3, 0x2A)}
@@ -232,7 +210,3 @@ def transcode_families(text: bytes) -> bytes:
             body = b"".join(metrics)
             out.append(varint(len(head) + len(body)) + head + body)
     return b"".join(out)
-
-
-def render_bytes(registry: Registry) -> bytes:
-    return b"".join(render(registry))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.catalog import Metric
+from exporter.sinks.metrics.protobuf import encode_labels
 
 SHIFT = 4
 CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few unchanged rows
@@ -32,6 +33,11 @@ CHUNK = 1 << SHIFT  # rows per chunk: small, so a 1% change re-renders few uncha
 # A row as a column renders it: (its label block, made at render and left open, `{a="x",b="y"`,
 # for the column to add its own labels and close; the state the columns read)
 Row = tuple[str, Any]
+
+
+def some(todo: set[int], budget: int) -> set[int]:
+    """All of `todo`, or `budget` of them taken out of it (a slice of chunks to render)."""
+    return todo if len(todo) <= budget else {todo.pop() for _ in range(budget)}
 
 
 @dataclass(frozen=True)
@@ -81,11 +87,15 @@ class RowTable:
     """The rows of one kind of object, shared by the families it renders."""
 
     def __init__(self, columns: Sequence[Column],
-                 blocks_of: Callable[[Sequence[Any], Sequence[Any]], list[str]]) -> None:
+                 blocks_of: Callable[[Sequence[Any], Sequence[Any]], list[str]],
+                 pb_labels_of: Callable[[Sequence[Any], Sequence[Any]], list[bytes]] | None = None,
+                 ) -> None:
         """`blocks_of(keys, states)`: the label blocks of a chunk's rows, made again at each
-        render of the chunk (a key is never None: None marks a free slot)."""
+        render of the chunk (a key is never None: None marks a free slot); `pb_labels_of`: the
+        same labels as protobuf LabelPair fields (None: each text block transcoded)."""
         self.columns = list(columns)
         self.blocks_of = blocks_of
+        self.pb_labels_of = pb_labels_of
         for i, col in enumerate(self.columns):
             col.family.table, col.family.index = self, i
         self.slots: dict[Hashable, int] = {}
@@ -102,11 +112,16 @@ class RowTable:
         self.pb_dirty: set[int] = set()
         # column -> chunk -> rendered bytes, and the number of series in it
         self.parts: list[list[bytes]] = [[] for _ in self.columns]
-        # label block -> its labels as protobuf LabelPair fields, once per row for every
-        # column's protobuf form (kept to about the rows there are)
-        self._pb_labels: dict[str, bytes] = {}
         self.sizes: list[list[int]] = [[] for _ in self.columns]
         self.totals = [0] * len(self.columns)
+        self.watches: list[set[int]] = []  # per reader, the chunks changed since it looked
+
+    def watch(self) -> set[int]:
+        """A set that every chunk changed from now on joins (it holds every chunk at first);
+        the reader empties it as it reads them (the overview: overview/aggregates.py)."""
+        w = set(range((len(self.keys) + CHUNK - 1) >> SHIFT))
+        self.watches.append(w)
+        return w
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -126,6 +141,8 @@ class RowTable:
                     # A chunk just filled with new rows (a sync): render it now, page by page,
                     # rather than all at the first scrape.
                     filled = {slot >> SHIFT}
+                    for w in self.watches:
+                        w |= filled
                     self.stale |= filled
                     self._render(filled)
                     if self.pb_parts is not None:
@@ -139,6 +156,8 @@ class RowTable:
         self.stale.add(c)
         if self.pb_parts is not None:
             self.pb_dirty.add(c)
+        for w in self.watches:
+            w.add(c)
 
     def update(self, key: Hashable, state: Any) -> None:
         """A new state for a row already there, under the same label block."""
@@ -149,6 +168,8 @@ class RowTable:
         self.stale.add(c)
         if self.pb_parts is not None:
             self.pb_dirty.add(c)
+        for w in self.watches:
+            w.add(c)
 
     def remove(self, key: Hashable) -> None:
         slot = self.slots.pop(key, None)
@@ -160,16 +181,8 @@ class RowTable:
             self.stale.add(c)
             if self.pb_parts is not None:
                 self.pb_dirty.add(c)
-
-    def pb_labels(self, block: str) -> bytes:
-        enc = self._pb_labels.get(block)
-        if enc is None:
-            from exporter.sinks.metrics.protobuf import encode_labels
-
-            if len(self._pb_labels) > 2 * len(self.slots) + CHUNK:
-                self._pb_labels.clear()  # rows gone since: start again
-            enc = self._pb_labels[block] = encode_labels(block[1:])
-        return enc
+            for w in self.watches:
+                w.add(c)
 
     def count(self, index: int) -> int:
         self._counts()
@@ -192,6 +205,12 @@ class RowTable:
             for c in self.live:
                 parts[c] = col.render(self._chunk(c)).encode()
         return parts
+
+    def prime(self, budget: int) -> int:
+        """Render up to `budget` dirty chunks (all columns) ahead of a scrape; returns how many
+        are left (called in slices, it keeps the loop free while 100k rows render)."""
+        self._render(some(self.dirty, budget))
+        return len(self.dirty)
 
     def refresh(self) -> None:
         """Render every dirty chunk, all columns."""
@@ -248,7 +267,7 @@ class RowTable:
         if col.live is not None:
             self._counts()
             for c in self.live:
-                parts[c] = self._pb_chunk(col, self._chunk(c))
+                parts[c] = self._pb_chunk(col, self._chunk(c), c=c)
         return [p for p in parts if p]
 
     def pb_refresh(self) -> None:
@@ -262,11 +281,7 @@ class RowTable:
         if self.pb_parts is None:
             self.pb_parts = [[] for _ in self.columns]
             self.pb_dirty = set(range((len(self.keys) + CHUNK - 1) >> SHIFT))
-        todo = self.pb_dirty
-        if len(todo) <= budget:
-            self._pb_render(todo)
-        else:
-            self._pb_render({todo.pop() for _ in range(budget)})
+        self._pb_render(some(self.pb_dirty, budget))
         return len(self.pb_dirty)
 
     def _pb_render(self, chunks: set[int]) -> None:
@@ -274,12 +289,12 @@ class RowTable:
         assert pb is not None
         self._grow(pb, b"")
         self._grow(self.sizes, 0)
-        stale, live, labels_of = self.stale, self.live, self.pb_labels
+        stale, live = self.stale, self.live
         for c in chunks:
             rows = self._chunk(c)
             if c in stale:
                 self._count(c, rows)
-            labels = [labels_of(b) for b, _ in rows]
+            labels = self._pb_labels(c, rows)
             for i, col in enumerate(self.columns):
                 if col.live is not None and c in live:
                     continue  # rendered at every scrape (pb_pieces)
@@ -287,19 +302,31 @@ class RowTable:
         stale -= chunks
         self.pb_dirty -= chunks
 
+    def _pb_labels(self, c: int, rows: Sequence[Row]) -> list[bytes]:
+        """Each row's labels as LabelPair fields, made at each protobuf render of its chunk (as
+        the text blocks are: not kept beside the rows, ~26 MB at 100k rows)."""
+        if self.pb_labels_of is None:
+            return [encode_labels(b[1:]) for b, _ in rows]
+        return self.pb_labels_of(*self._slots(c))
+
     def _pb_chunk(self, col: Column, rows: Sequence[Row],
-                  labels: Sequence[bytes] | None = None) -> bytes:
+                  labels: Sequence[bytes] | None = None, c: int = -1) -> bytes:
         if labels is None:
-            labels = [self.pb_labels(b) for b, _ in rows]
+            labels = self._pb_labels(c, rows)
         if col.pb is None:
             raise TypeError(f"{col.family.metric.name}: a column without a protobuf renderer "
                             "cannot be scraped as protobuf")
         return col.pb(rows, labels)
 
-    def _chunk(self, c: int) -> list[Row]:
+    def _slots(self, c: int) -> tuple[list[Any], list[Any]]:
+        """The keys and states of chunk `c`'s rows (free slots left out)."""
         lo, hi = c << SHIFT, (c + 1) << SHIFT
         keys, states = self.keys[lo:hi], self.states[lo:hi]
         if None in keys:  # free slots
             live = [i for i, k in enumerate(keys) if k is not None]
             keys, states = [keys[i] for i in live], [states[i] for i in live]
+        return keys, states
+
+    def _chunk(self, c: int) -> list[Row]:
+        keys, states = self._slots(c)
         return list(zip(self.blocks_of(keys, states), states, strict=True))

@@ -169,6 +169,15 @@ def _blocks(keys: Sequence[Key], states: Sequence[SignalState]) -> list[str]:
     return blocks
 
 
+_ROW_LABELS = ("namespace", "unitsignal", "workload")
+
+
+def _pb_labels(keys: Sequence[Key], states: Sequence[SignalState]) -> list[bytes]:
+    """A chunk's row labels as protobuf LabelPair fields (`_blocks`, encoded)."""
+    lp = pb.label_pairs
+    return [lp(_ROW_LABELS, (k[0], k[1], s[0])) for k, s in zip(keys, states, strict=True)]
+
+
 class UnitSignalMetrics:
     """Implements model.unitsignals.SignalObserver."""
 
@@ -194,7 +203,7 @@ class UnitSignalMetrics:
         ]
         # Families not exported get no column: never rendered. With none left, no rows at all.
         columns = [c for c in columns if registry.exported(c.family.metric.name)]
-        self.rows: RowTable | None = RowTable(columns, _blocks) if columns else None
+        self.rows: RowTable | None = RowTable(columns, _blocks, _pb_labels) if columns else None
         self._observe = registry.histogram("zaroz_unitsignal_generation_observe_seconds")
         self._ready = registry.histogram("zaroz_unitsignal_ready_seconds")
         self._ack = registry.histogram("zaroz_unitsignal_allocation_ack_seconds")

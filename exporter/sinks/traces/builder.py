@@ -230,6 +230,8 @@ class TraceBuilder:
         while waiting:
             name, ns, ea = waiting.pop(0)
             self._event(u, name, ns, ea)
+        if self.touched is not None:
+            self._touch(u.uid)
 
     def cluster_event(self, unit_id: str, name: str, at_ns: int, attrs: Attrs) -> bool:
         """A UnitSignal's generation change, as a root span event; False when the unit has no

@@ -1,5 +1,9 @@
 """LIST and WATCH requests for one resource: the only module that knows the API server's HTTP shape.
 
+A watch may also be the streaming list (`send_initial_events`, client-go's watch-list): the
+state as synthetic ADDED events, a BOOKMARK annotated `k8s.io/initial-events-end: "true"`
+(`INITIAL_EVENTS_END`), then the changes, on one stream.
+
 Callers get decoded pages and events, or `sources.http` errors that say what to do next, each with
 a short bounded `result` label (the HTTP status as `status_result` bounds it, or a transport kind).
 
@@ -47,6 +51,16 @@ class Resource:
 
 
 UNITSIGNALS = Resource("units.zaroz.cloud", "v1", "unitsignals")
+# The annotation of the bookmark that ends a streaming list's initial events (metav1's
+# InitialEventsAnnotationKey); a server that ignores sendInitialEvents never sends it.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def initial_events_end(obj: Any) -> bool:
+    """Whether a BOOKMARK's object is the one that ends a streaming list's initial events."""
+    meta = obj.get("metadata") if type(obj) is dict else None
+    notes = meta.get("annotations") if type(meta) is dict else None
+    return type(notes) is dict and notes.get(INITIAL_EVENTS_END) == "true"
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,10 @@ class WatchStream:
         self._resp = resp
         self._decode = _decode_typed_event if typed else _decode_event
 
+    def close(self) -> None:
+        """End the stream from this side: the reader of `events` gets a TransportError."""
+        self._resp.close()
+
     async def events(self) -> AsyncGenerator[dict[str, Any], None]:
         """Close with `contextlib.aclosing` when not read to the end."""
         buf = b""
@@ -149,12 +167,13 @@ def _decode_event(line: bytes) -> dict[str, Any]:
 
 def _decode_typed_event(line: bytes) -> Any:
     """A watch line typed (see `typed`): (type, object); untyped when it does not fit the
-    types, an ERROR (a Status) or not JSON, so the errors are the untyped path's."""
+    types, an ERROR (a Status) or not JSON, so the errors are the untyped path's; a BOOKMARK
+    too, since its annotations (`initial_events_end`) are not among the typed fields."""
     try:
         ev = decode_event(line)
     except msgspec.DecodeError:
         ev = None
-    if ev is None or ev[0] == "ERROR":
+    if ev is None or ev[0] == "ERROR" or ev[0] == "BOOKMARK":
         d = _decode_event(line)
         return d["type"], d["object"]
     return ev
@@ -254,18 +273,25 @@ class KubeApi:
         label_selector: str | None = None,
         idle_timeout: float | None = None,
         margin: float = 30.0,
+        send_initial_events: bool = False,
     ) -> AsyncIterator[WatchStream]:
         """An open WATCH from `resource_version`, with bookmarks; the server ends it after
         `timeout_seconds`, the client gives up `margin` seconds later, or after `idle_timeout`
-        seconds without a byte."""
-        if not resource_version:
+        seconds without a byte.
+
+        `send_initial_events`: the streaming list, from `resource_version` or, when it is "",
+        from the most recent state (a consistent read), as client-go's watch-list asks for it
+        (`sendInitialEvents=true&resourceVersionMatch=NotOlderThan`)."""
+        if not resource_version and not send_initial_events:
             raise ValueError("a watch needs a resourceVersion (else it replays everything)")
-        params = {
-            "watch": "true",
-            "resourceVersion": resource_version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(timeout_seconds),
-        }
+        params = {"watch": "true"}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if send_initial_events:
+            params["sendInitialEvents"] = "true"
+            params["resourceVersionMatch"] = "NotOlderThan"
+        params["allowWatchBookmarks"] = "true"
+        params["timeoutSeconds"] = str(timeout_seconds)
         if label_selector:
             params["labelSelector"] = label_selector
         timeout = aiohttp.ClientTimeout(

@@ -10,7 +10,16 @@ decoded custom objects twice and retried a 410 with the same stale resourceVersi
   from the last one seen and replays nothing (no ADDED storm, no relist);
 - only a 410 (the resourceVersion was compacted away) or a watch refused outright forces a new
   LIST, and `list_done` lets the handler drop what was deleted meanwhile;
-- a watch is never opened without a resourceVersion (that would replay every object as ADDED).
+- a watch is never opened without a resourceVersion (that would replay every object as ADDED);
+- where the API server offers it, the whole set comes instead from a streaming list (client-go's
+  watch-list, `--kube-watch-list`): one WATCH with `sendInitialEvents=true`, whose synthetic
+  ADDED events are handed over as a LIST's pages are; the bookmark annotated
+  `k8s.io/initial-events-end` ends them (then `list_done`, as after a LIST) and the same stream
+  goes on as the watch. So a 100k-object sync costs the API server no large list response. A
+  server that refuses the parameters (a 4xx) or ignores them (a bookmark without the
+  annotation, a change or the end of the stream before it, or `watch_list_wait` seconds with
+  no event) gets paginated LISTs instead (`auto`), said in the log and in
+  `zaroz_kube_list_mode`.
 
 Errors never end a reflector: each is counted, logged (rate-limited) and retried after a
 jittered backoff that honours Retry-After. The wall clock is read here, never downstream.
@@ -35,20 +44,30 @@ from exporter.sources.http import (
     NotFound,
     Rejected,
     Retry,
+    RetryLater,
+    TransportError,
     Wording,
     retry_forever,
 )
-from exporter.sources.kube.api import KubeApi, ListPage, gc_hold, gc_release
+from exporter.sources.kube.api import (
+    KubeApi,
+    ListPage,
+    WatchStream,
+    gc_hold,
+    gc_release,
+    initial_events_end,
+)
 from exporter.sources.kube.handler import Key, ObjectHandler, object_key, resource_version
 from exporter.sources.ports import KubeRecorder
 from exporter.sources.tasks import cancel
-from exporter.vocabulary import scope_label
+from exporter.vocabulary import KUBE_LIST_MODES, KUBE_WATCH_LIST_CHOICES, scope_label
 
-__all__ = ["KubeSource", "ObjectHandler", "Reflector"]
+__all__ = ["KubeSource", "ObjectHandler", "Reflector", "WatchListSupport"]
 
 log = logging.getLogger(__name__)
 
 _SLICE = 100  # list items applied between two yields to the event loop
+WATCH_LIST, PAGINATED = KUBE_LIST_MODES
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:
@@ -75,8 +94,52 @@ WORDING = Wording(
 )
 
 
+class WatchListSupport:
+    """What the API server showed of the streaming list, shared by one source's reflectors:
+    once one of them found it ignored, the others list paginated without trying (each try
+    costs a whole stream of ADDED events). A refusal costs one small answer: it makes only that
+    reflector's current sync paginated, and the next sync asks again."""
+
+    def __init__(self) -> None:
+        self.ignored: str | None = None  # why the server is taken to ignore it
+
+
+class _Watchdog:
+    """Calls `quiet` once `seen[0]` (a count of events) stayed the same for `wait` seconds. A
+    check that runs late (the loop was busy: events may be waiting to be read) does not count."""
+
+    def __init__(self, wait: float, seen: list[int], quiet: Callable[[], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wait, self._seen, self._quiet = wait, seen, quiet
+        self._last = seen[0]
+        self._handle: asyncio.TimerHandle | None = None
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._due = self._loop.time() + self._wait
+        self._handle = self._loop.call_at(self._due, self._check)
+
+    def _check(self) -> None:
+        late = self._loop.time() - self._due > min(1.0, self._wait / 2)
+        if self._seen[0] == self._last and not late:
+            self._handle = None
+            self._quiet()
+            return
+        self._last = self._seen[0]
+        self._schedule()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class Reflector:
-    """Lists and watches one scope (a namespace, or all) into one handler."""
+    """Lists and watches one scope (a namespace, or all) into one handler.
+
+    `watch_list`: `auto` syncs by the streaming list where the server offers it, else by
+    paginated LISTs; `on` only by the streaming list (a server without it is retried, never
+    listed); `off` only by paginated LISTs."""
 
     def __init__(
         self,
@@ -98,7 +161,13 @@ class Reflector:
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        watch_list: str = "off",
+        watch_list_wait: float = 10.0,
+        support: WatchListSupport | None = None,
     ) -> None:
+        if watch_list not in KUBE_WATCH_LIST_CHOICES:
+            raise ValueError(f"watch_list must be one of {KUBE_WATCH_LIST_CHOICES}, "
+                             f"not {watch_list!r}")
         self.api = api
         self.handler = handler
         self.metrics = metrics
@@ -115,10 +184,20 @@ class Reflector:
         self.sleep = sleep
         self.clock = clock
         self.rng = rng if rng is not None else random.Random()
+        self.watch_list = watch_list
+        self.watch_list_wait = watch_list_wait
+        self.support = support if support is not None else WatchListSupport()
+        self.list_mode: str | None = None  # how the last sync was made (KUBE_LIST_MODES)
         self.synced = False  # the first full LIST reached the handler
         self.absent = False  # the last LIST was answered 404: the resource is not served
         self.last_error: str | None = None  # why the reflector is not in step, for /readyz
         self.resource_version: str | None = None  # None: a LIST is due
+        # Where a streaming list starts: the last version seen (the server sends a state at
+        # least as new: NotOlderThan), or None for the most recent state (a consistent read):
+        # at first, and after the streaming list itself found its version expired or too new.
+        self._stream_from: str | None = None
+        self._refused = False  # the current sync's streaming list was refused: paginate it
+        self._quiet = False  # the initial events stopped coming: the watchdog closed the stream
         self.keys: set[Key] = set()
         self._relist_reason: str | None = "initial"
         self._listed: set[Key] = set()  # keys of the LIST in progress
@@ -155,9 +234,12 @@ class Reflector:
                             "reflector error, retrying", lambda: {"scope": self.scope})
 
     async def step(self) -> float:
-        """One LIST page or one watch; returns the pause before the next step."""
+        """One LIST page, one streaming list or one watch; returns the pause before the next
+        step."""
         if self.resource_version is not None:
             return await self.watch_once()
+        if self._streams():
+            return await self.stream_once()
         # The collector stays paused from the first page of a LIST to its end: a collection
         # in between would walk every object applied so far, again and again (measured: 0.3 s
         # of a 100k-object sync, even when paused page by page). It runs again for the pause
@@ -183,17 +265,31 @@ class Reflector:
     # -- LIST --------------------------------------------------------------------------------
 
     def _relist(self, reason: str) -> None:
+        if self.resource_version is not None:
+            self._stream_from = self.resource_version
         self.resource_version = None
         self._relist_reason = reason
 
-    async def list_page(self) -> float:
-        """The next page of the LIST in progress; hands the whole set over after the last.
-        Called by step(), with the cyclic collector paused."""
+    def _begin_sync(self, mode: str) -> None:
+        """A sync (a relist) starts: counted and logged once, whatever it falls back to."""
         if self._relist_reason is not None:
             reason, self._relist_reason = self._relist_reason, None
             self.metrics.relist(self.scope, reason)
             log.log(logging.INFO if reason == "initial" else logging.WARNING, "listing", extra={
-                "scope": self.scope, "reason": reason})
+                "scope": self.scope, "reason": reason, "list_mode": mode})
+
+    def _streams(self) -> bool:
+        """Whether the sync due is a streaming list. Under `auto`, not while the resource is
+        not served (its 404s are polled by LIST, as without it), nor once the server was found
+        to ignore it, nor for a sync whose streaming list was refused."""
+        if self.watch_list != "auto":
+            return self.watch_list == "on"
+        return not (self.absent or self._refused or self.support.ignored)
+
+    async def list_page(self) -> float:
+        """The next page of the LIST in progress; hands the whole set over after the last.
+        Called by step(), with the cyclic collector paused."""
+        self._begin_sync(PAGINATED)
         cont = self._continue
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] != cont:
@@ -242,7 +338,7 @@ class Reflector:
         rv, listed = self._list_rv or page.resource_version, self._listed
         self._restart_list()
         self._deliver(self.handler.list_done, listed, self.clock())
-        self._synced_at(listed, rv)
+        self._synced_at(listed, rv, PAGINATED)
         # What a full list leaves behind lives as long as the objects do: keep the cyclic
         # collector from walking it again on every full collection.
         gc.freeze()
@@ -272,66 +368,215 @@ class Reflector:
         self.keys = set()
         self.metrics.objects(self.scope, 0)
 
-    def _synced_at(self, keys: set[Key], rv: str) -> None:
+    def _synced_at(self, keys: set[Key], rv: str, mode: str) -> None:
         self.absent = False
         self.last_error = None
         self.keys = keys
         self.resource_version = rv
+        self._refused = False  # the next sync asks for the streaming list again
         self.metrics.objects(self.scope, len(self.keys))
+        if mode != self.list_mode:
+            self.metrics.list_mode(self.scope, mode)
+        self.list_mode = mode
         self.retry.recovered(resource_version=rv)
         if not self.synced:
             self.synced = True
             self.metrics.synced(self.scope, True)
             log.info("unitsignals synced", extra={
-                "scope": self.scope, "objects": len(self.keys), "resource_version": rv})
+                "scope": self.scope, "objects": len(self.keys), "resource_version": rv,
+                "list_mode": mode})
 
     # -- WATCH -------------------------------------------------------------------------------
+
+    def _open_watch(self, rv: str, initial: bool = False) -> Any:
+        timeout = int(self.watch_timeout * (1.0 + self.watch_jitter * self.rng.random()))
+        return self.api.watch(
+            self.namespace,
+            resource_version=rv,
+            timeout_seconds=timeout,
+            label_selector=self.label_selector,
+            idle_timeout=self.idle_timeout,
+            margin=self.watch_margin,
+            send_initial_events=initial,
+        )
 
     async def watch_once(self) -> float:
         """One watch from the current resourceVersion, read until it ends or breaks."""
         rv = self.resource_version
         assert rv is not None, "never watch without a resourceVersion"
-        timeout = int(self.watch_timeout * (1.0 + self.watch_jitter * self.rng.random()))
         started = time.monotonic()
         events = 0
         opened = False
         try:
-            async with self.api.watch(
-                self.namespace,
-                resource_version=rv,
-                timeout_seconds=timeout,
-                label_selector=self.label_selector,
-                idle_timeout=self.idle_timeout,
-                margin=self.watch_margin,
-            ) as stream:
+            async with self._open_watch(rv) as stream:
                 opened = True
                 self._count("watch", "200")
                 async with contextlib.aclosing(stream.events()) as evs:
                     async for ev in evs:
                         events += 1
                         self._apply(ev)
-        except Expired as e:
-            self._failed("watch", e, request=not opened)
+        except HttpError as e:
+            return self._watch_failed(e, opened)
+        return self._watch_ended(events, started)
+
+    def _watch_failed(self, e: HttpError, opened: bool) -> float:
+        """A watch refused or broken once in step: relist (410, a refusal) or resume."""
+        self._failed("watch", e, request=not opened)
+        if isinstance(e, Expired):
             self._expired_streak += 1
             log.warning("watch resourceVersion expired, relisting", extra={
                 "scope": self.scope, "resource_version": self.resource_version})
             self._relist("expired")
             # A server that expires every fresh list's version would make this spin.
             return 0.0 if self._expired_streak == 1 else self.backoff.next()
-        except Rejected as e:
-            self._failed("watch", e, request=not opened)
+        if isinstance(e, Rejected):
             self._relist("error")
-            return self._delay_for(e, "watch")
-        except HttpError as e:
-            # Dropped, cut, timed out, refused for now: resume from the last version seen.
-            self._failed("watch", e, request=not opened)
-            return self._delay_for(e, "watch")
+        # Else dropped, cut, timed out, refused for now: resume from the last version seen.
+        return self._delay_for(e, "watch")
+
+    def _watch_ended(self, events: int, started: float) -> float:
         if events == 0 and time.monotonic() - started < self.min_watch_duration:
             # The server ends watches at once: resuming at once would spin.
             delay = self.backoff.next()
             self.retry.complain(logging.WARNING, "empty", "watch ended at once without events",
                                 delay, resource_version=self.resource_version)
             return delay
+        return 0.0
+
+    # -- the streaming list (watch-list) ----------------------------------------------------
+
+    async def stream_once(self) -> float:
+        """A sync by the streaming list: its initial events handed over as a LIST's pages are,
+        then, from its initial-events-end bookmark on, the same stream read as a watch."""
+        self._begin_sync(WATCH_LIST)
+        rv = self._stream_from or ""
+        started = time.monotonic()
+        seen = [0]  # events of the stream so far (the watchdog reads it)
+        opened = synced = False
+        ignored: str | None = None
+        self._quiet = False
+        self._hold_gc(True)
+        try:
+            async with self._open_watch(rv, initial=True) as stream:
+                opened = True
+                self._count("watch", "200")
+                watchdog = self._watchdog(stream, seen)
+                try:
+                    async with contextlib.aclosing(stream.events()) as evs:
+                        ignored = await self._initial_events(evs, seen)
+                        watchdog.cancel()
+                        if ignored is None:
+                            synced = True
+                            self._hold_gc(False)
+                            async for ev in evs:
+                                seen[0] += 1
+                                self._apply(ev)
+                finally:
+                    watchdog.cancel()
+        except HttpError as e:
+            if synced:
+                return self._watch_failed(e, opened)
+            if not self._quiet:
+                return self._stream_failed(e, opened, rv)
+        finally:
+            self._hold_gc(False)
+            if not synced:
+                self._restart_list()
+        if synced:
+            return self._watch_ended(seen[0], started)
+        if self._quiet:  # the watchdog closed it: however the stream ended then
+            ignored = (f"no event for {self.watch_list_wait:g} s before the initial-events-end "
+                       "bookmark")
+        return self._stream_ignored(ignored or "no initial-events-end bookmark")
+
+    async def _initial_events(self, evs: Any, seen: list[int]) -> str | None:
+        """Reads a streaming list's initial events into the handler in slices, as a LIST's
+        pages. None once its initial-events-end bookmark arrived (the sync is complete), else
+        why the server is taken to ignore the streaming list."""
+        batch: list[Any] = []
+        async for ev in evs:
+            seen[0] += 1
+            type_, obj = (ev["type"], ev["object"]) if type(ev) is dict else ev
+            if type_ == "ADDED":
+                batch.append(obj)
+                if len(batch) >= _SLICE:
+                    self._deliver_page(batch, self.clock())
+                    batch = []
+                    await asyncio.sleep(0)  # other tasks run between two slices
+                continue
+            if batch:
+                self._deliver_page(batch, self.clock())
+                batch = []
+            if type_ == "BOOKMARK" and initial_events_end(obj):
+                rv = resource_version(obj)
+                if rv is None:
+                    raise TransportError("invalid_body",
+                                         "initial-events-end bookmark without a resourceVersion")
+                now = self.clock()
+                self.metrics.event(self.scope, type_, now)
+                listed = self._listed
+                self._listed = set()
+                self._deliver(self.handler.list_done, listed, now)
+                self._synced_at(listed, rv, WATCH_LIST)
+                gc.freeze()  # as after a LIST: what it left behind lives as long as the objects
+                return None
+            if type_ == "BOOKMARK":
+                return "a bookmark without the initial-events-end annotation"
+            return f"a {type_} event before the initial-events-end bookmark"
+        if batch:
+            self._deliver_page(batch, self.clock())
+        return "the stream ended before the initial-events-end bookmark"
+
+    def _watchdog(self, stream: WatchStream, seen: list[int]) -> _Watchdog:
+        """Closes the stream when no event came for `watch_list_wait` seconds before the
+        initial-events-end bookmark: a server that ignores sendInitialEvents may send neither
+        events nor bookmarks for minutes. Checked every `watch_list_wait` seconds, so the hot
+        path only counts events."""
+
+        def quiet() -> None:
+            self._quiet = True
+            stream.close()
+
+        return _Watchdog(self.watch_list_wait, seen, quiet)
+
+    def _stream_failed(self, e: HttpError, opened: bool, rv: str) -> float:
+        """The streaming list failed before its initial-events-end bookmark."""
+        self._failed("watch", e, request=not opened)
+        if isinstance(e, NotFound):
+            self._not_served()
+            return self._delay_for(e, "watch")
+        if isinstance(e, Rejected) and not opened and self.watch_list == "auto":
+            # An API server without the streaming list (or with it switched off) refuses
+            # sendInitialEvents or resourceVersionMatch on a watch (400, 422).
+            self._refused = True
+            log.warning("the API server refused the streaming list; listing paginated",
+                        extra={"scope": self.scope, "error": str(e)})
+            return 0.0
+        too_new = isinstance(e, RetryLater) and e.status == 504 and bool(rv)
+        if isinstance(e, Expired) or too_new:
+            # The version streamed from is gone (or not there yet): stream again, from the
+            # most recent state (as client-go does), counted as a relist.
+            self._stream_from = None
+            self._relist_reason = "expired"
+            self._expired_streak += 1
+            log.warning("streaming list resourceVersion expired, streaming again", extra={
+                "scope": self.scope, "resource_version": rv})
+            return 0.0 if self._expired_streak == 1 else self.backoff.next()
+        # Cut, timed out, refused for now: the sync starts over after the usual pause.
+        return self._delay_for(e, "watch")
+
+    def _stream_ignored(self, why: str) -> float:
+        """The server ignored sendInitialEvents: paginated lists from now on (`auto`), or a
+        complaint and a retry (`on`)."""
+        if self.watch_list == "on":
+            delay = self.backoff.next()
+            self.retry.complain(logging.ERROR, "ignored", "the API server ignores the streaming "
+                                "list (--kube-watch-list on)", delay, reason=why)
+            return delay
+        if self.support.ignored is None:
+            self.support.ignored = why
+            log.warning("the API server ignores the streaming list; listing paginated",
+                        extra={"scope": self.scope, "reason": why})
         return 0.0
 
     def _apply(self, ev: Any) -> None:
@@ -404,7 +649,8 @@ class Reflector:
 
 
 class KubeSource:
-    """One reflector per namespace when namespaces are given, else one cluster-wide.
+    """One reflector per namespace when namespaces are given, else one cluster-wide, sharing
+    what they learn of the streaming list (`WatchListSupport`).
 
     `handler_for(namespace)` gives each reflector its handler (namespace None: cluster-wide),
     since a handler's `list_done` reconciles one reflector's whole scope.
@@ -422,6 +668,7 @@ class KubeSource:
         **reflector_options: Any,
     ) -> None:
         scopes: list[str | None] = list(dict.fromkeys(namespaces)) if namespaces else [None]
+        reflector_options.setdefault("support", WatchListSupport())
         self.reflectors = [
             Reflector(api, handler_for(ns), metrics, namespace=ns, label_selector=label_selector,
                       backoff=backoff_factory(), **reflector_options)
