@@ -6,6 +6,7 @@ saved. Asserted by order and progress, never by wall time."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -125,6 +126,16 @@ class Recording:
     def save(self) -> bool:
         self.saved.append(self.pipeline.logs["w"].applied_through)
         return True
+
+    def begin_save(self) -> Callable[[], Awaitable[bool]]:
+        """As Checkpointer.begin_save: taken now, durable after an await (events go on)."""
+        self.save()
+
+        async def durable() -> bool:
+            await asyncio.sleep(0)
+            return True
+
+        return durable
 
 
 def event(seq: int) -> dict:
