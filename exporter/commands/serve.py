@@ -102,6 +102,13 @@ class Running:
             with contextlib.suppress(CheckpointError):
                 self.checkpointer.save()
 
+    async def save_async(self) -> None:
+        """`save`, its write off the event loop (the periodic checkpoint)."""
+        if self.checkpointer is not None:
+            self.pipeline.registry.hold(self.held())
+            with contextlib.suppress(CheckpointError):
+                await self.checkpointer.begin_save()()
+
     async def stop(self) -> None:
         """Stops the loops and the sources (the last started first: the intake's gap checks
         ask the tailers), saves a last checkpoint of everything applied, then closes the
@@ -162,7 +169,7 @@ async def _collector_loop(running: Running, interval: float) -> None:
 async def _checkpoint_loop(running: Running, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        running.save()
+        await running.save_async()
 
 
 def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: Pipeline,
