@@ -10,17 +10,17 @@ never between two of its writes. Reading it back is a few bulk SELECTs (`read`),
 version-2 JSON checkpoint had, so both restore through one path.
 
 Chosen over an append-only journal by measurement (`python -m bench.checkpoint`, 100,000 live
-units over 1,000 workloads, 1,000 events between two checkpoints, a loaded 2-core machine): the
-store takes 36 ms a checkpoint, 7 ms of it on the event loop (taking what changed; the write runs
-in the checkpointer's writer thread), and writes 4.3 MB to the disk; a journal of the same rows
-takes 10 ms and 0.35 MB; the whole-state file took 273 ms and 12.3 MB. The journal writes fewer
-bytes (a B-tree rewrites each 1 KiB page holding a changed row, and the WAL copies it once more),
-but it grows until a compaction rewrites the whole state, which is the cost of the whole-state
-file again (270 ms of GIL-holding serialisation at 100k units, 1.7 s with traces, or a
-consistent copy of the model off the loop), a restore replays it since the last compaction,
-and its torn-record recovery would be ours to get right. The store needs no compaction,
-restores in one read of each table (375 ms against 792 ms for the file), and its atomic commit
-is SQLite's.
+units over 1,000 workloads, 1,000 events between two checkpoints, medians): the store takes
+26 ms a checkpoint, 7 ms of it on the event loop (taking what changed; the write runs in the
+checkpointer's writer thread), and writes 3.8 MB to the disk (mean); a journal of the same rows
+takes 8.5 ms and 0.36 MB; the whole-state file took 253 ms and 12.4 MB. The journal writes
+fewer bytes (a B-tree rewrites each 1 KiB page holding a changed row, and copies it back from
+the WAL later), but it grows until a compaction rewrites the whole state, which is the cost of
+the whole-state file again (250 ms of GIL-holding serialisation at 100k units, 1.7 s with
+traces, or a consistent copy of the model off the loop), a restore replays it since the last
+compaction, and its torn-record recovery would be ours to get right. The store needs no
+compaction, restores in one read of each table (415 ms against 769 ms for the file), and its
+atomic commit is SQLite's.
 """
 
 from __future__ import annotations
