@@ -11,7 +11,7 @@ import sys
 from bench._common import ROOT, child_env
 
 BENCHMARKS = ("replay", "report", "scrape", "protobuf", "cluster", "webhook", "traces",
-              "decoders", "families")
+              "decoders", "families", "checkpoint")
 
 
 def main(argv: list[str]) -> int:
