@@ -34,6 +34,7 @@ COPY zaroz_sim ./zaroz_sim
 COPY schemas ./schemas
 COPY dashboards/json ./dashboards/json
 COPY docs ./docs
+COPY deploy/overlays/dev/crd.yaml ./deploy/overlays/dev/crd.yaml
 # The project's wheel (its own code, not in the lock), then pip and setuptools leave the venv,
 # and the SBOM is written of what is left: exactly what the runtime stage gets.
 RUN /opt/build-tools/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /dist . \

@@ -203,3 +203,23 @@ def test_local_containerfile_keeps_the_dockerfiles_runtime() -> None:
     docker = runtime((ROOT / "Dockerfile").read_text())
     local = runtime((ROOT / "Containerfile.local").read_text())
     assert docker == local and len(docker) == 5
+
+
+def test_the_image_build_gets_every_file_the_wheel_force_includes() -> None:
+    """hatchling fails on a force-included file missing from the build context: every source of
+    pyproject's force-include is copied by both image files (directly or inside a copied folder)
+    and let through .dockerignore."""
+    import tomllib
+
+    forced = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+        "targets"]["wheel"]["force-include"]
+    for name in ("Dockerfile", "Containerfile.local"):
+        copied = [src.rstrip("/") for line in (ROOT / name).read_text().splitlines()
+                  if line.startswith("COPY ") and "--from" not in line
+                  for src in line.split()[1:-1]]
+        missing = [s for s in forced
+                   if not any(s == c or s.startswith(c + "/") for c in copied)]
+        assert not missing, (name, missing)
+    kept = [line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+            if line.startswith("!")]
+    assert all(any(s == k or s.startswith(k + "/") for k in kept) for s in forced)
