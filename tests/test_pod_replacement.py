@@ -53,6 +53,17 @@ async def _prom_ready(base: str, timeout: float = 20) -> None:
             await asyncio.sleep(0.2)
 
 
+async def _scraped(base: str, port: int, count: float, timeout: float = 30) -> None:
+    """Until Prometheus holds a sample of this instance's ready count at `count` or more.
+    Prometheus' discovery hands its first targets over up to 5 s after /-/ready, so a fixed
+    sleep after start may still be before the first scrape of a pod."""
+    deadline = time.monotonic() + timeout
+    expr = f'zaroz_unit_ready_seconds_count{{instance="127.0.0.1:{port}"}}'
+    while not any(float(r["value"][1]) >= count for r in _query(base, expr)):
+        assert time.monotonic() < deadline, f"prometheus never scraped 127.0.0.1:{port}"
+        await asyncio.sleep(0.2)
+
+
 async def _feed_slowly(route: RouteServer, events: list[dict[str, Any]], seconds: float) -> None:
     step = max(1, len(events) // 20)
     for i in range(0, len(events), step):
@@ -97,6 +108,8 @@ async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Pat
             while not (got := await scrape(a.url, s)) or \
                     value(got, "zaroz_route_caught_up", workload=WL) != 1:
                 await asyncio.sleep(0.1)
+            await _scraped(prom, a.port, value(got, "zaroz_unit_ready_seconds_count",
+                                               workload=WL))
             await asyncio.sleep(1.5)  # Prometheus has A's caught-up baseline
             await _feed_slowly(route, events[history:a_end], 4.0)
             await asyncio.sleep(1.0)
@@ -111,6 +124,8 @@ async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Pat
                         and feeding.done():
                     break
                 await asyncio.sleep(0.1)
+            await _scraped(prom, b.port, value(got, "zaroz_unit_ready_seconds_count",
+                                               workload=WL))
             await asyncio.sleep(1.5)  # Prometheus has B's caught-up baseline
             await _feed_slowly(route, events[b_end:], 4.0)
             await asyncio.sleep(2.0)
