@@ -157,7 +157,7 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          "rest, so that a busy fleet's pages carry several events each (fewer requests, less "
          "CPU in the exporter and the route) at the cost of up to this much added latency per "
          "event; never delays backfills, a workload that is behind (a full page) or shutdown; "
-         "0: the next long poll at once", type=float, default=1.0)
+         "0: the next long poll at once", type=float, default=2.0)
     _add(p, "--request-timeout-margin", help="seconds allowed beyond --wait for a request",
          type=float, default=10.0)
     _add(p, "--backoff-max", help="longest pause between failed requests, seconds",

@@ -86,7 +86,7 @@ class RouteClient:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout_margin = timeout_margin
-        self._paths: dict[str, str] = {}  # workload -> its events URL, quoted once
+        self._base = str(URL(self.base_url))  # encoded: events URLs are built already encoded
 
     async def workloads(self, timeout: float = 30.0) -> list[WorkloadRef]:
         """GET /v1/workloads: every workload the route serves."""
@@ -110,14 +110,11 @@ class RouteClient:
 
         The server holds the request up to `wait` seconds when nothing is newer than `after`.
         """
-        path = self._paths.get(workload)
-        if path is None:
-            path = self._paths[workload] = (
-                f"{URL(self.base_url)}/v1/workloads/{quote(workload, safe='')}/events")
         wait_s = math.ceil(wait)  # the route takes whole seconds
         # Built as an encoded URL (its parts are quoted or integers): one request per event at
         # 1,000 workloads, so aiohttp's query encoding of a params dict shows in the profile.
-        url = URL(f"{path}?after={int(after)}&limit={int(limit)}&wait={wait_s}", encoded=True)
+        url = URL(f"{self._base}/v1/workloads/{quote(workload, safe='')}/events"
+                  f"?after={int(after)}&limit={int(limit)}&wait={wait_s}", encoded=True)
         status, headers, body = await self._get(url, None, wait_s + self.timeout_margin)
         if status != 200:
             self._raise_for(status, headers, body)
