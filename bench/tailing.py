@@ -8,12 +8,14 @@ Once every exporter has caught up, the live stream starts (`--rate` events/s ove
 workloads) and for `--seconds` each exporter is scraped every 2 s while its `/healthz` is timed
 every 0.1 s. Printed per value: route responses/s, events per response, CPU of the exporter and
 of its route (share of one core, and microseconds per response), scrape median / max, worst and
-p99 /healthz. `--py-spy DIR` records a profile of each exporter over the window (py-spy must be
-installed). Loopback only; every loop is bounded; every process is stopped.
+p99 /healthz. `--baseline DIR` adds a pair whose exporter runs from another checkout (e.g.
+`git archive main | tar -x -C DIR`), without the flag: the code before, in the same run.
+`--py-spy DIR` records a profile of each exporter over the window (py-spy must be installed).
+Loopback only; every loop is bounded; every process is stopped.
 
     python -m bench.tailing --workloads 1000 --units 20000 --seconds 20
     python -m bench.tailing --poll-intervals 0,0.5,1,2        # which default
-    python -m bench.tailing --poll-intervals none              # code without the flag
+    python -m bench.tailing --baseline /tmp/main-tree          # main's code beside it
 """
 
 from __future__ import annotations
@@ -32,8 +34,18 @@ from pathlib import Path
 
 import aiohttp
 
-from bench._common import header, table
-from bench.fleet import Exporter, Route, metric_sum, metrics_text, prober, scraper, wait_ready
+from bench._common import child_env, header, table
+from bench.fleet import (
+    MAIN,
+    Exporter,
+    Route,
+    _die_with_parent,
+    metric_sum,
+    metrics_text,
+    prober,
+    scraper,
+    wait_ready,
+)
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -43,6 +55,23 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+@dataclass
+class Elsewhere(Exporter):
+    """A serve process run from another checkout (`root`): its exporter package, not ours."""
+
+    root: Path = Path()
+
+    async def start(self) -> None:
+        args = ["serve", "--events-url", self.events_url, "--listen", f"127.0.0.1:{self.port}",
+                "--kube", "off", "--log-level", "warning", *self.extra]
+        env = {**child_env(), "PYTHONPATH": str(self.root)}
+        with open(self.log_path, "ab") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", MAIN, *args, cwd=self.root, env=env,
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log,
+                preexec_fn=_die_with_parent)
 
 
 @dataclass
@@ -59,6 +88,11 @@ class Pair:
 async def run(args: argparse.Namespace, work: Path) -> list[Pair]:
     pairs: list[Pair] = []
     try:
+        if args.baseline:
+            route = Route(args.workloads, args.units, args.rate, args.seed)
+            pairs.append(Pair("baseline", route, Elsewhere(
+                "baseline", route.url, None, work / "serve-baseline.log", [],
+                root=Path(args.baseline).resolve())))
         for v in args.poll_intervals:
             route = Route(args.workloads, args.units, args.rate, args.seed)
             extra = [] if v == "none" else [f"--poll-interval={v}"]
@@ -77,8 +111,8 @@ async def run(args: argparse.Namespace, work: Path) -> list[Pair]:
             await asyncio.sleep(args.warmup)
             spies = []
             if args.py_spy:
-                for i, p in enumerate(pairs):
-                    out = Path(args.py_spy) / f"tailing-{args.poll_intervals[i]}.txt"
+                for p in pairs:
+                    out = Path(args.py_spy) / f"tailing-{p.label.split()[-1]}.txt"
                     spies.append(await asyncio.create_subprocess_exec(
                         "py-spy", "record", "-p", str(p.exporter.pid), "-d",
                         str(int(args.seconds)), "-r", "50", "--format", "raw", "-o", str(out),
@@ -154,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="live events/s (1000)")
     ap.add_argument("--seconds", type=float, default=20.0, help="measured window, s (20)")
     ap.add_argument("--warmup", type=float, default=5.0)
-    ap.add_argument("--poll-intervals", default="0,1",
+    ap.add_argument("--poll-intervals", default="0,2",
                     help="comma-separated --poll-interval values, one exporter each; none: "
-                         "without the flag (0,1)")
+                         "without the flag (0,2: none and the default)")
+    ap.add_argument("--baseline", default=None, metavar="DIR",
+                    help="also run an exporter from this checkout, without the flag")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--py-spy", default=None, metavar="DIR",
