@@ -196,3 +196,28 @@ async def test_stop_cancels_a_long_poll_in_flight():
     await asyncio.wait_for(t.stop(), 5)
     assert task.cancelled() and client.cancelled == 1
     assert len(client.calls) == 2  # stopped, not taken for a fetch_now and retried
+
+
+async def test_fetch_now_during_a_request_that_cannot_be_cut_skips_the_next_pause():
+    clock = Clock()
+    client = Scripted(clock, [Page(events(1, 3), 3), Page(events(4, 4), 4)])
+    slept: list[float] = []
+
+    async def sleep(d: float) -> None:  # a pause that never ends by itself
+        slept.append(d)
+        await asyncio.get_running_loop().create_future()
+
+    t = tailer(client, clock, poll_interval=60.0, sleep=sleep)
+    events_of = client.events
+
+    async def backfill_asked_meanwhile(*a: Any) -> Page:
+        if len(client.calls) == 0:
+            t.fetch_now()  # during the first request (wait=0: nothing to cancel)
+        return await events_of(*a)
+
+    client.events = backfill_asked_meanwhile  # type: ignore[method-assign]
+    t.start()
+    await until(lambda: slept)  # paused after the second page, not after the first
+    assert [c[:2] for c in client.calls] == [(0, 0), (3, 0)]  # asked again at once, no wait
+    assert slept == [60.0 - 0.25] and t.log.applied_through == 4
+    await asyncio.wait_for(t.stop(), 5)

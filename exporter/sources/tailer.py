@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from exporter.model.workload import WorkloadLog
 from exporter.sources.backoff import Backoff
@@ -37,6 +37,7 @@ from exporter.sources.tasks import cancel
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[Any]]
+T = TypeVar("T")
 
 WORDING = Wording(
     retry_later="events route asks to retry later",
@@ -109,8 +110,8 @@ class Tailer:
         self.start_cursor = start_cursor
         # fetch_now(): the next request goes at once and without waiting (a backfill).
         self._urgent = False
-        self._wake = asyncio.Event()
-        self._inflight: asyncio.Future[Page] | None = None  # a long poll fetch_now() may cut
+        # The long poll or pause fetch_now() may cut short (a task of its own), if one runs.
+        self._cuttable: asyncio.Future[Any] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -129,47 +130,44 @@ class Tailer:
         """Ask for a request at once, with wait=0: events the intake waits for (a gap among
         webhook deliveries, a ping ahead of the cursor) are backfilled from the route.
 
-        Cuts short an idle pause or a long poll in flight; a pause after a failure (backoff,
-        Retry-After) is kept, so a backfill never hammers a route that is refusing requests.
+        Cuts short an idle or paced pause or a long poll in flight; a pause after a failure
+        (backoff, Retry-After) is kept, so a backfill never hammers a route that is refusing
+        requests.
         """
         self._urgent = True
-        self._wake.set()
-        req = self._inflight
-        if req is not None:
-            req.cancel()  # poll() tells this cancellation from its own by _inflight
+        cuttable = self._cuttable
+        if cuttable is not None:
+            cuttable.cancel()  # _cut_short() tells this cancellation from a stop
 
     async def _pause(self, delay: float) -> None:
         if self.retry.failing:
             await self.sleep(delay)
             return
-        if self._urgent:
-            return
-        self._wake.clear()
-        pause = asyncio.ensure_future(self.sleep(delay))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({pause, waker}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            pause.cancel()
-            waker.cancel()
+        if not self._urgent:
+            await self._cut_short(self.sleep(delay))
 
     async def _interruptible(self, request: Awaitable[Page]) -> Page | None:
-        """The request's page, or None when fetch_now() cut it short (it was cancelled).
+        """The request's page, or None when fetch_now() cut it short (it was cancelled)."""
+        return await self._cut_short(request)
 
-        fetch_now() cancels the request's own task: no waiter task nor asyncio.wait per request
-        (at 1,000 workloads each costs a share of every event)."""
-        req = self._inflight = asyncio.ensure_future(request)
+    async def _cut_short(self, step: Awaitable[T]) -> T | None:
+        """`step`'s result, or None when fetch_now() cancelled it.
+
+        fetch_now() cancels the step's own task: no waiter task nor asyncio.wait per request or
+        pause (at 1,000 workloads each costs a share of every event)."""
+        task: asyncio.Future[T] = asyncio.ensure_future(step)
+        self._cuttable = task
         try:
-            return await req
+            return await task
         except asyncio.CancelledError:
             me = asyncio.current_task()
-            if (me is not None and me.cancelling()) or not req.cancelled():
+            if (me is not None and me.cancelling()) or not task.cancelled():
                 raise  # the tailer itself is being stopped
             return None
         finally:
-            self._inflight = None
-            if not req.done():
-                req.cancel()
+            self._cuttable = None
+            if not task.done():
+                task.cancel()
 
     async def _start_at_cursor(self, start_cursor: Callable[[], Awaitable[int]]) -> None:
         """Resolve the start cursor (retried until it succeeds) and move a fresh log there."""
@@ -209,7 +207,6 @@ class Tailer:
         """One request and its effects; returns the pause before the next one."""
         w = self.workload
         after = self.log.applied_through
-        self._wake.clear()
         urgent, self._urgent = self._urgent, False
         # Until caught up, ask without waiting: a log with nothing after the cursor then answers at
         # once, so readiness does not lag a whole long poll behind at startup.
