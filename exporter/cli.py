@@ -152,6 +152,12 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--gzip-level", help="gzip level for scrapes that accept gzip", type=int, default=1)
     _add(p, "--page-limit", help="events per route request (1..1000)", type=int, default=1000)
     _add(p, "--wait", help="long-poll seconds per route request (0..60)", type=int, default=30)
+    _add(p, "--poll-interval", help="least seconds between the starts of a caught-up "
+         "workload's route requests: a long poll answered with a short page waits out the "
+         "rest, so that a busy fleet's pages carry several events each (fewer requests, less "
+         "CPU in the exporter and the route) at the cost of up to this much added latency per "
+         "event; never delays backfills, a workload that is behind (a full page) or shutdown; "
+         "0: the next long poll at once", type=float, default=2.0)
     _add(p, "--request-timeout-margin", help="seconds allowed beyond --wait for a request",
          type=float, default=10.0)
     _add(p, "--backoff-max", help="longest pause between failed requests, seconds",

@@ -132,7 +132,8 @@ def test_otlp_endpoint_not_a_url(env):
                                         ("--gzip-level", "10"), ("--total-shards", "0"),
                                         ("--backoff-max", "-1"),
                                         ("--unit-expiry-interval", "0"),
-                                        ("--checkpoint-interval", "-1")])
+                                        ("--checkpoint-interval", "-1"),
+                                        ("--poll-interval", "-1")])
 def test_numbers_out_of_range(env, flag, value):
     one_line_error(cli(env, *ROUTE, "--listen", "127.0.0.1:0", flag, value), flag, value)
 

@@ -168,6 +168,7 @@ def _range(args: argparse.Namespace, name: str, lo: float | None, hi: float | No
 RANGES: tuple[tuple[str, float | None, float | None, str], ...] = (
     ("page_limit", 1, 1000, "within 1..1000"),
     ("wait", 0, 60, "within 0..60"),
+    ("poll_interval", 0, 60, "within 0..60 (0: no pacing)"),
     ("gzip_level", 0, 9, "within 0..9"),
     ("request_timeout_margin", 0.001, None, "positive"),
     ("backoff_max", 0.001, None, "positive"),
@@ -295,6 +296,7 @@ class ServeConfig:
     gzip_level: int
     page_limit: int
     wait: int
+    poll_interval: float
     request_timeout_margin: float
     backoff_max: float
     discovery_interval: float

@@ -255,6 +255,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             client, pipeline, RouteMetrics(pipeline.registry), list(config.workload) or None,
             config.discovery_interval, backoff_factory=backoff, owns=owns,
             start_cursor=start_cursor, limit=config.page_limit, wait=config.wait,
+            poll_interval=config.poll_interval,
         )
     kube = _kube_source(config, session, pipeline, owns, backoff)
     running_box: list[Running] = []

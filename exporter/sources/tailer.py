@@ -7,17 +7,24 @@ did not is. Wall-clock reads (last success time) happen here, never in the model
 Nothing but cancellation ends a tailer: every error is counted, logged (rate-limited) and retried
 after a pause, because a route that is down, a token being fixed or a workload not created yet
 all heal on their own.
+
+Pacing (`poll_interval`): at 1,000 workloads each long poll returns after about one event, so
+every event costs a whole request in the exporter and in the route. A caught-up tailer whose
+page was short therefore starts its next request no sooner than `poll_interval` seconds after
+the last one started, and that request collects what arrived meanwhile in one page. This is
+latency added on purpose (an event is applied up to `poll_interval` later), never applied to a
+backfill (fetch_now() cuts the pause short), to a tailer that is behind (a full page, or a head
+ahead of what was applied: asked again at once) nor to shutdown (the pause is cancelled).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from exporter.model.workload import WorkloadLog
 from exporter.sources.backoff import Backoff
@@ -30,6 +37,7 @@ from exporter.sources.tasks import cancel
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[Any]]
+T = TypeVar("T")
 
 WORDING = Wording(
     retry_later="events route asks to retry later",
@@ -67,9 +75,11 @@ class Tailer:
         backoff: Backoff | None = None,
         attention_delay: float = 30.0,
         idle_delay: float = 1.0,
+        poll_interval: float = 0.0,
         log_interval: float = 60.0,
         sleep: Sleep = asyncio.sleep,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
         start_cursor: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.client = client
@@ -80,8 +90,11 @@ class Tailer:
         self.wait = wait
         self.backoff = backoff if backoff is not None else Backoff()
         self.idle_delay = idle_delay  # pause after an empty page that came back early
+        # Least seconds between the starts of a caught-up tailer's requests (0: no pacing).
+        self.poll_interval = poll_interval
         self.sleep = sleep
         self.clock = clock
+        self.monotonic = monotonic
         self.head_seq: int | None = None
         self.start_head: int | None = None  # the route's head at the first page: the backlog
         self.caught_up = False
@@ -97,7 +110,8 @@ class Tailer:
         self.start_cursor = start_cursor
         # fetch_now(): the next request goes at once and without waiting (a backfill).
         self._urgent = False
-        self._wake = asyncio.Event()
+        # The long poll or pause fetch_now() may cut short (a task of its own), if one runs.
+        self._cuttable: asyncio.Future[Any] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -116,42 +130,44 @@ class Tailer:
         """Ask for a request at once, with wait=0: events the intake waits for (a gap among
         webhook deliveries, a ping ahead of the cursor) are backfilled from the route.
 
-        Cuts short an idle pause or a long poll in flight; a pause after a failure (backoff,
-        Retry-After) is kept, so a backfill never hammers a route that is refusing requests.
+        Cuts short an idle or paced pause or a long poll in flight; a pause after a failure
+        (backoff, Retry-After) is kept, so a backfill never hammers a route that is refusing
+        requests.
         """
         self._urgent = True
-        self._wake.set()
+        cuttable = self._cuttable
+        if cuttable is not None:
+            cuttable.cancel()  # _cut_short() tells this cancellation from a stop
 
     async def _pause(self, delay: float) -> None:
         if self.retry.failing:
             await self.sleep(delay)
             return
-        if self._urgent:
-            return
-        self._wake.clear()
-        pause = asyncio.ensure_future(self.sleep(delay))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait({pause, waker}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            pause.cancel()
-            waker.cancel()
+        if not self._urgent:
+            await self._cut_short(self.sleep(delay))
 
     async def _interruptible(self, request: Awaitable[Page]) -> Page | None:
         """The request's page, or None when fetch_now() cut it short (it was cancelled)."""
-        req = asyncio.ensure_future(request)
-        waker = asyncio.ensure_future(self._wake.wait())
+        return await self._cut_short(request)
+
+    async def _cut_short(self, step: Awaitable[T]) -> T | None:
+        """`step`'s result, or None when fetch_now() cancelled it.
+
+        fetch_now() cancels the step's own task: no waiter task nor asyncio.wait per request or
+        pause (at 1,000 workloads each costs a share of every event)."""
+        task: asyncio.Future[T] = asyncio.ensure_future(step)
+        self._cuttable = task
         try:
-            done, _ = await asyncio.wait({req, waker}, return_when=asyncio.FIRST_COMPLETED)
+            return await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if (me is not None and me.cancelling()) or not task.cancelled():
+                raise  # the tailer itself is being stopped
+            return None
         finally:
-            waker.cancel()
-            if not req.done():
-                req.cancel()
-        if req in done:
-            return req.result()
-        with contextlib.suppress(asyncio.CancelledError):
-            await req
-        return None
+            self._cuttable = None
+            if not task.done():
+                task.cancel()
 
     async def _start_at_cursor(self, start_cursor: Callable[[], Awaitable[int]]) -> None:
         """Resolve the start cursor (retried until it succeeds) and move a fresh log there."""
@@ -191,12 +207,11 @@ class Tailer:
         """One request and its effects; returns the pause before the next one."""
         w = self.workload
         after = self.log.applied_through
-        self._wake.clear()
         urgent, self._urgent = self._urgent, False
         # Until caught up, ask without waiting: a log with nothing after the cursor then answers at
         # once, so readiness does not lag a whole long poll behind at startup.
         wait = self.wait if self.caught_up and not urgent else 0
-        started = time.monotonic()
+        started = self.monotonic()
         try:
             if wait > 0:
                 got = await self._interruptible(self.client.events(w, after, self.limit, wait))
@@ -212,8 +227,13 @@ class Tailer:
             self._count(e.result)
             return self.retry.failed(e, cursor=after)
         self._count(page.result)
-        early = time.monotonic() - started < wait / 2
-        return self._apply(after, page.events, page.head_seq, early)
+        took = self.monotonic() - started
+        delay = self._apply(after, page.events, page.head_seq, took < wait / 2)
+        if (self.poll_interval > took and len(page.events) < self.limit
+                and self.log.applied_through >= page.head_seq):
+            # Caught up, short page: let the next page gather what arrives meanwhile.
+            return max(delay, self.poll_interval - took)
+        return delay
 
     def _count(self, result: str) -> None:
         self.metrics.request(self.workload, result)
