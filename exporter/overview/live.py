@@ -21,6 +21,7 @@ from exporter.overview.history import MEASUREMENTS, Counts, History, Snapshot
 from exporter.sinks.metrics.family import Registry
 
 SIGNAL_SLICE = 400  # table chunks read between two turns of the loop (`catch_up`)
+SUMS_SLICE = 5_000  # counter series summed between two turns, on a first look (`catch_up`)
 
 
 class Live:
@@ -52,8 +53,13 @@ class Live:
         return Snapshot(at, dict(self.per_wl))
 
     def catch_up(self) -> int:
-        """Read a slice of the UnitSignal rows changed since the last look; returns the chunks
-        left (the web handler runs the loop between slices: a first look reads them all)."""
+        """Sum a slice of the counter series of a first look, else read a slice of the
+        UnitSignal rows changed since the last look; returns how much is left (0: none; the web
+        handler runs the loop between slices: a first look reads them all)."""
+        for sums in self.sums.values():
+            if sums.warming():
+                sums.warm(SUMS_SLICE)
+                return 1
         if self.signals is None:
             table = self.registry.table("zaroz_unitsignal_generation_lag").table
             if table is None:
