@@ -6,15 +6,39 @@ alternatives take turns within each round (a slow stretch of the machine hits bo
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"  # git-ignored
+
+
+async def obey(conn: Connection, handle: Callable[[object], bool]) -> None:
+    """A bench child's command loop on its event loop: each message the parent sends goes to
+    `handle` (False: stop), until then or until the parent is gone."""
+    done = asyncio.Event()
+
+    def on_command() -> None:
+        try:
+            cmd = conn.recv()
+        except (EOFError, OSError):  # the bench is gone: stop too
+            done.set()
+            return
+        if not handle(cmd):
+            done.set()
+
+    loop = asyncio.get_running_loop()
+    loop.add_reader(conn.fileno(), on_command)
+    try:
+        await done.wait()
+    finally:
+        loop.remove_reader(conn.fileno())
 
 
 def child_env() -> dict[str, str]:

@@ -70,6 +70,7 @@ from bench._common import (
     interleaved,
     mib,
     ms,
+    obey,
     proc_status_kib,
     reset_peak_rss,
     spread,
@@ -344,13 +345,12 @@ async def _emulator_main(conn: Connection, shape: Shape) -> None:
     emu.app.middlewares.append(timing)
     url = await emu.start()
     conn.send(("ready", url, build_s, emu.resource_version))
-    done = asyncio.Event()
     rng = random.Random(shape.seed + 2)
     churn = Churn(shape.seed + 3)
     keys = list(emu.store.objects)
 
-    def on_command() -> None:
-        cmd, *rest = conn.recv()
+    def handle(msg: object) -> bool:
+        cmd, *rest = msg  # type: ignore[misc]
         if cmd == "stats":  # rest[0]: start the largest-response count over after this
             conn.send(dict(stats))
             if rest and rest[0]:
@@ -392,14 +392,12 @@ async def _emulator_main(conn: Connection, shape: Shape) -> None:
             prepared[str(start)] = chunks
             conn.send((start, sum(map(len, chunks))))
         elif cmd == "stop":
-            done.set()
+            return False
+        return True
 
-    loop = asyncio.get_running_loop()
-    loop.add_reader(conn.fileno(), on_command)
     try:
-        await done.wait()
+        await obey(conn, handle)
     finally:
-        loop.remove_reader(conn.fileno())
         await emu.stop()
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import aiohttp
 
-from bench._common import ROOT, child_env, header, proc_status_kib, table
+from bench._common import ROOT, child_env, header, obey, proc_status_kib, table
 
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 # Prometheus 2.x's scrape Accept header (text or OpenMetrics, never protobuf) and gzip.
@@ -71,7 +71,6 @@ async def _route_main(conn: Connection, workloads: int, units: int, rate: float,
     live = LiveFleet(backlog, rate, seed)
     url = await server.start("127.0.0.1", 0)
     conn.send(("ready", url, shape.backlog_events()))
-    done = asyncio.Event()
     feeding: list[asyncio.Task[None]] = []
 
     async def feed() -> None:
@@ -79,12 +78,7 @@ async def _route_main(conn: Connection, workloads: int, units: int, rate: float,
             append_all(server, live.tick(time.time_ns()).items())
             await asyncio.sleep(interval)
 
-    def on_command() -> None:
-        try:
-            cmd = conn.recv()
-        except (EOFError, OSError):  # the bench is gone: stop too
-            done.set()
-            return
+    def handle(cmd: object) -> bool:
         if cmd == "live" and not feeding:
             feeding.append(asyncio.get_running_loop().create_task(feed()))
             conn.send("ok")
@@ -92,14 +86,12 @@ async def _route_main(conn: Connection, workloads: int, units: int, rate: float,
             conn.send({"emitted": live.emitted, "tracked": live.units_tracked(),
                        "requests": sum(server.requests.values()), "cpu": time.process_time()})
         elif cmd == "stop":
-            done.set()
+            return False
+        return True
 
-    loop = asyncio.get_running_loop()
-    loop.add_reader(conn.fileno(), on_command)
     try:
-        await done.wait()
+        await obey(conn, handle)
     finally:
-        loop.remove_reader(conn.fileno())
         for task in feeding:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
