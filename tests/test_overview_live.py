@@ -196,3 +196,42 @@ def test_a_first_look_sums_restored_series_in_slices_while_they_change(monkeypat
     assert got == overview(reg, h_full, lambda: (True, "ok"), 0.0)
     totals = {w["workload"]: w["events"] for w in got["workloads"]}
     assert sum(totals.values()) == sum(range(1, 61)) + 100 - 59 + 5
+
+
+def test_a_unitsignal_made_again_in_another_chunk_stays_behind_and_can_change():
+    """The table reuses free slots: a UnitSignal deleted and made again behind can land in an
+    earlier chunk, read before the chunk it left. It must stay counted behind, and its next
+    change must not find it gone (found by review: the overview then raised at every look)."""
+    reg = Registry(native=None)
+    sink = UnitSignalMetrics(reg, clock=lambda: 1000.0)
+    live = Live(reg)
+    h_live, h_full = History(reg, step=10.0, snapshot=live.snapshot), History(reg, step=10.0)
+    states: dict[int, SignalState] = {}
+
+    def put(i: int, lag: int) -> None:
+        old = states.pop(i, None)
+        new = states[i] = signal("wl-a", lag, None, 0)
+        sink.state(("ns", f"s{i}"), old, new)
+
+    def remove(i: int) -> None:
+        sink.state(("ns", f"s{i}"), states.pop(i), None)
+
+    def same() -> int:
+        while live.catch_up():
+            pass
+        got = live.data(h_live, lambda: (True, "ok"), 0.0)
+        assert got == overview(reg, h_full, lambda: (True, "ok"), 0.0)
+        return got["unitsignals"]["lagging"]
+
+    for i in range(20):
+        put(i, 0)
+    put(18, 1)
+    assert same() == 1
+    remove(18)
+    remove(0)
+    put(18, 1)  # made again: it takes slot 0, in an earlier chunk than slot 18's
+    assert same() == 1
+    put(18, 2)
+    assert same() == 1
+    put(18, 0)
+    assert same() == 0

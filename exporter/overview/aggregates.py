@@ -184,16 +184,21 @@ class SignalIndex:
         self.lagging: dict[Key, Any] = {}  # key -> its state
         self.invalid: set[Key] = set()
         self._by_chunk: dict[int, list[Key]] = {}
+        # The chunk each lagging key was last found in: a key deleted and made again can take a
+        # slot in another chunk (the table reuses free slots), read before its old chunk.
+        self._chunk_of: dict[Key, int] = {}
 
     def sync(self, budget: int | None = None) -> int:
         """Read up to `budget` changed chunks (all without one); returns how many are left."""
         changed, table = self.changed, self.table
         todo = changed if budget is None else some(changed, budget)
         keys, states, lagging, invalid = table.keys, table.states, self.lagging, self.invalid
+        chunk_of = self._chunk_of
         for c in todo:
             for key in self._by_chunk.pop(c, ()):
-                del lagging[key]
-                invalid.discard(key)
+                if chunk_of.get(key) == c:  # else found in another chunk since
+                    del lagging[key], chunk_of[key]
+                    invalid.discard(key)
             found = []
             for slot in range((c << SHIFT), min(len(keys), (c + 1) << SHIFT)):
                 k = keys[slot]
@@ -203,9 +208,12 @@ class SignalIndex:
                 if s.generation_lag > 0:
                     key = cast(Key, k)  # the only table with this column: UnitSignalMetrics
                     lagging[key] = s
+                    chunk_of[key] = c
                     found.append(key)
                     if s.stuck_invalid_spec:
                         invalid.add(key)
+                    else:
+                        invalid.discard(key)
             if found:
                 self._by_chunk[c] = found
         if todo is changed:
