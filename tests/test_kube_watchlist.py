@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 
@@ -407,3 +408,46 @@ async def test_serve_says_which_it_uses(emu, flag, mode):
            if m == "zaroz_kube_list_mode"}
     assert got == {mode: 1, ({"watch-list", "paginated"} - {mode}).pop(): 0}
     assert (emu.count("list") == 0) is (mode == "watch-list")
+
+
+async def test_a_stream_that_ends_cleanly_mid_way_streams_again_not_paginated(session):
+    """An API server restarting gracefully, or a proxy closing the watch, ends the stream at a
+    line boundary mid-way through the initial events: a clean end, no error. The server was
+    streaming, so it does not ignore the streaming list: the sync starts over, streaming again
+    (found by review: it turned paginated LISTs on for the whole process)."""
+    cut = [True]
+
+    class Closing(KubeEmulator):
+        def __init__(self, **kw: Any) -> None:
+            super().__init__(**kw)
+
+            @web.middleware
+            async def closing(request: web.Request, handler: Any) -> web.StreamResponse:
+                if cut[0] and request.query.get("sendInitialEvents") == "true":
+                    cut[0] = False
+                    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+                    await resp.prepare(request)
+                    for name in ("us-000", "us-001"):
+                        obj = self.store.objects[f"b/{name}" if name.endswith("0") else
+                                                 f"a/{name}"]
+                        await resp.write(orjson.dumps({"type": "ADDED", "object": obj}) + b"\n")
+                    await resp.write_eof()
+                    return resp
+                return await handler(request)  # type: ignore[no-any-return]
+
+            self.app.middlewares.append(closing)
+
+    e = Closing(seed=1, bookmark_interval_s=0.05)
+    await e.start()
+    try:
+        populate(e, 30)
+        store, registry = Store(), Registry()
+        r = await synced(reflector(e, session, store, registry))
+        try:
+            assert not cut[0]  # the clean end was served
+            assert store.versions() == server_state(e) and r.list_mode == "watch-list"
+            assert e.count("list") == 0 and len(streaming_watches(e)) == 1  # + the cut one
+        finally:
+            await r.stop()
+    finally:
+        await e.stop()

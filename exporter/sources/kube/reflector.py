@@ -525,6 +525,13 @@ class Reflector:
             return f"a {type_} event before the initial-events-end bookmark"
         if batch:
             self._deliver_page(batch, self.clock())
+        if seen[0]:
+            # Initial events came, then a clean end: an API server restarting gracefully, or a
+            # proxy closing the watch, mid-way. A server that ignores the streaming list sends
+            # no initial events; this one was streaming them, so the sync starts over as after
+            # any cut stream, streaming again.
+            raise TransportError("truncated", "the stream ended before its initial-events-end "
+                                 "bookmark")
         return "the stream ended before the initial-events-end bookmark"
 
     def _watchdog(self, stream: WatchStream, seen: list[int]) -> _Watchdog:
