@@ -245,7 +245,9 @@ class Checkpointer:
 
         async def durable() -> bool:
             try:
-                await asyncio.wrap_future(written)
+                # Shielded: cancelling the waiter (shutdown cancels the periodic save) would
+                # cancel the write itself while it is queued, and its changes are taken.
+                await asyncio.shield(asyncio.wrap_future(written))
             except _WRITE_ERRORS as e:
                 raise self._failed(e) from e
             return self._done(ch, start)
