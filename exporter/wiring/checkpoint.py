@@ -57,7 +57,13 @@ from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import AnyFamily, Registry
 from exporter.sinks.metrics.series import HistogramSeries, Series
-from exporter.sinks.metrics.state import metric_state, restore_metrics, take_changes, track
+from exporter.sinks.metrics.state import (
+    json_text,
+    metric_state,
+    restore_metrics,
+    take_changes,
+    track,
+)
 from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
 from exporter.wiring.events import Pipeline
@@ -70,12 +76,6 @@ CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
 _WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
-
-
-def _json(value: object) -> str:
-    """JSON as text: orjson's bytes keep a 4 KiB buffer each, however short (100k rows held
-    for one save were 140 MiB)."""
-    return orjson.dumps(value).decode()
 
 
 class CheckpointError(Exception):
@@ -172,7 +172,7 @@ class Checkpointer:
             moved |= held ^ self._held
             self._held = held
         traces = p.traces
-        dumps = _json
+        dumps = json_text
         for w in moved:
             row: dict[str, Any] = {}
             wl = p.logs.get(w)
