@@ -149,3 +149,15 @@ def test_an_agent_refuses_a_spec_broken_by_someone_else_until_it_is_fixed():
     obj = stored()
     assert obj["status"]["observedGeneration"] == obj["spec"]["generation"]  # fixed: acked
     assert not mirror.refused
+
+
+def test_the_agent_checks_formats_as_the_exporter_does():
+    """An allocation stamped with a time that is no RFC 3339 date-time (a hand-made patch) is
+    refused by the simulated agent, as the exporter counts it invalid: the two never disagree."""
+    from zaroz_sim.cluster import agent_accepts
+
+    spec = {"unitId": "u1", "key": "k", "contractVersion": 1, "generation": 2,
+            "allocation": {"id": "a1", "generation": 2, "allocatedAt": "2026-12-01T10:00:00Z"}}
+    bad = {**spec, "allocation": {**spec["allocation"], "allocatedAt": "yesterday"}}
+    assert agent_accepts()(spec) and is_valid_unit_signal_spec(spec)
+    assert not agent_accepts()(bad) and not is_valid_unit_signal_spec(bad)

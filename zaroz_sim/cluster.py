@@ -45,7 +45,8 @@ _SCHEMA_PATHS = (Path(__file__).resolve().parent / _SPEC_SCHEMA,  # where the wh
 def agent_accepts() -> Callable[[Any], bool]:
     """The agent's check of a spec it reads: the contract's schema (stricter than the CRD)."""
     path = next(p for p in _SCHEMA_PATHS if p.exists())
-    return jsonschema_rs.validator_for(json.loads(path.read_text(encoding="utf-8"))).is_valid
+    return jsonschema_rs.validator_for(json.loads(path.read_text(encoding="utf-8")),
+                                       validate_formats=True).is_valid  # as the exporter checks
 
 
 @dataclass
