@@ -349,7 +349,11 @@ async def test_on_against_a_server_that_ignores_it_complains_and_never_lists(old
 
 
 def test_the_annotation_is_metav1s() -> None:
-    assert INITIAL_EVENTS_END == "k8s.io/initial-events-end"
+    """The exporter and the emulator each name it; both must be metav1's
+    (InitialEventsAnnotationKey), or they would agree with each other and no API server."""
+    from zaroz_sim.kube import watch
+
+    assert INITIAL_EVENTS_END == watch.INITIAL_EVENTS_END == "k8s.io/initial-events-end"
 
 
 async def test_a_stream_cut_before_its_end_restarts_the_sync_and_loses_nothing(emu, session):

@@ -31,7 +31,7 @@ from exporter.sources.backoff import Backoff
 from exporter.sources.complaints import Complaints
 from exporter.sources.http import HttpError, Retry, Wording, retry_forever
 from exporter.sources.ports import RouteRecorder, WorkloadLogs
-from exporter.sources.route import CursorExpired, Page, RouteClient
+from exporter.sources.route import CursorExpired, RouteClient
 from exporter.sources.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -146,10 +146,6 @@ class Tailer:
         if not self._urgent:
             await self._cut_short(self.sleep(delay))
 
-    async def _interruptible(self, request: Awaitable[Page]) -> Page | None:
-        """The request's page, or None when fetch_now() cut it short (it was cancelled)."""
-        return await self._cut_short(request)
-
     async def _cut_short(self, step: Awaitable[T]) -> T | None:
         """`step`'s result, or None when fetch_now() cancelled it.
 
@@ -214,7 +210,7 @@ class Tailer:
         started = self.monotonic()
         try:
             if wait > 0:
-                got = await self._interruptible(self.client.events(w, after, self.limit, wait))
+                got = await self._cut_short(self.client.events(w, after, self.limit, wait))
                 if got is None:
                     return 0.0  # fetch_now(): ask again at once, without waiting
                 page = got
