@@ -70,6 +70,9 @@ DELIVERY_REFUSALS = (
 DELIVERY_RESULTS = DELIVERY_APPLIED + DELIVERY_REFUSALS
 # A checkpoint save: written, unchanged (same bytes as the last), or error.
 SAVE_RESULTS = ("written", "unchanged", "error")
+# Why a workload was dropped with its state and series: its checkpoint was restored by a shard
+# that does not own it (the shard count or index changed).
+WORKLOAD_DROP_REASONS = ("other_shard",)
 # A UnitSignal's activity as the agent reports it (`none`: not reported).
 ACTIVITIES = ("idle", "busy", "none")
 

@@ -34,6 +34,7 @@ from exporter.sources.tailer import TailSupervisor
 from exporter.sources.tasks import cancel
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
+from exporter.vocabulary import WORKLOAD_DROP_REASONS
 from exporter.web.app import MetricsServer, start_site
 from exporter.web.security import WebSecurity
 from exporter.wiring.checkpoint import Checkpointer, CheckpointError
@@ -228,6 +229,9 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     _select_families(pipeline, config.family_filter)
     pipeline.registry.gauge("zaroz_exporter_shard").labels().set(shard.index)
     pipeline.registry.gauge("zaroz_exporter_shards").labels().set(shard.total)
+    dropped = pipeline.registry.counter("zaroz_exporter_workloads_dropped_total")
+    for reason in WORKLOAD_DROP_REASONS:  # at 0 from the start (a restore continues them)
+        dropped.labels(reason)
     owns = shard.owns if shard.total > 1 else None
     backoff = functools.partial(Backoff, min(0.5, config.backoff_max), config.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)
@@ -242,7 +246,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     try:
         if config.state_dir:  # locked now: a second exporter on it ends here, in one line
             checkpointer = Checkpointer(config.state_dir, pipeline,
-                                        CheckpointMetrics(pipeline.registry))
+                                        CheckpointMetrics(pipeline.registry), shard=shard)
         start_cursor = prepare_start(config.start_from, checkpointer, client)
         if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save
