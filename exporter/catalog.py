@@ -505,7 +505,8 @@ METRICS: tuple[Metric, ...] = (
         "zaroz_exporter_workloads_dropped_total", Kind.COUNTER,
         "Workloads dropped with their state, series and stored rows, by reason: other_shard (a "
         "restored checkpoint held a workload another shard owns: the shard count or index "
-        "changed). One seen again starts as new.",
+        "changed), left_route (gone from the route's workload list for longer than "
+        "--workload-retention). One seen again starts as new.",
         ("reason",), group="exporter",
     ),
     Metric(
