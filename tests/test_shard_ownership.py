@@ -141,7 +141,12 @@ def test_a_shrinking_shard_count_or_a_moved_index_drops_what_the_shard_gave_up(t
         assert _workloads_in(exposed) <= mine
         for w in mine:  # what it keeps continues exactly
             assert q.logs[w].snapshot() == p.logs[w].snapshot()
-        cp.save()
+        # In proportion: the save deletes what was given up and rewrites nothing it keeps.
+        ch = cp.changes()
+        assert not ch.full and {w for w, in ch.workloads_gone} == kept - mine
+        assert not ch.workloads and not ch.units and not ch.pending
+        assert {f for f, _, _, _ in ch.series} <= {"zaroz_exporter_workloads_dropped_total"}
+        cp.store.write(ch)
         cp.close()
         stored = read_state(tmp_path)
         assert stored is not None and set(stored["workloads"]) == mine
