@@ -502,6 +502,14 @@ METRICS: tuple[Metric, ...] = (
         (), group="exporter",
     ),
     Metric(
+        "zaroz_exporter_workloads_dropped_total", Kind.COUNTER,
+        "Workloads dropped with their state, series and stored rows, by reason: other_shard (a "
+        "restored checkpoint held a workload another shard owns: the shard count or index "
+        "changed), left_route (gone from the route's workload list for longer than "
+        "--workload-retention). One seen again starts as new.",
+        ("reason",), group="exporter",
+    ),
+    Metric(
         "zaroz_exporter_build_info", Kind.INFO,
         "Exporter build information; always 1.",
         ("version", "python_version"), group="exporter",

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from exporter import __version__
 from exporter.commands.errors import ConfigError
-from exporter.vocabulary import KUBE_WATCH_LIST_CHOICES
+from exporter.vocabulary import KUBE_WATCH_LIST_CHOICES, WORKLOAD_RETENTION_S
 
 ENV_PREFIX = "ZAROZ_EXPORTER_"
 DEFAULT_PORT = 9817
@@ -167,8 +167,12 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--unit-idle-timeout", help="seconds without events before a unit's state is "
          "dropped, by the workload's event clock (plus wall time once its log is caught up "
          "and idle)", type=float, default=24 * 3600.0)
-    _add(p, "--unit-expiry-interval", help="seconds between sweeps for idle units",
-         type=float, default=60.0)
+    _add(p, "--unit-expiry-interval", help="seconds between sweeps for idle units (and for "
+         "workloads gone from the route)", type=float, default=60.0)
+    _add(p, "--workload-retention", help="seconds a workload gone from the route's workload "
+         "list is kept (its state, series and stored rows) before it is dropped; one listed "
+         "again later starts as new, its counters at zero; 0: never dropped",
+         type=float, default=WORKLOAD_RETENTION_S)
     _add(p, "--webhook-secret-file", help="file of accepted webhook secrets, one per line "
          "(repeat for rotation; re-read when changed); enables POST /v1/webhooks/events",
          action="append", default=[])

@@ -70,6 +70,12 @@ DELIVERY_REFUSALS = (
 DELIVERY_RESULTS = DELIVERY_APPLIED + DELIVERY_REFUSALS
 # A checkpoint save: written, unchanged (same bytes as the last), or error.
 SAVE_RESULTS = ("written", "unchanged", "error")
+# Why a workload was dropped with its state and series: its checkpoint was restored by a shard
+# that does not own it (the shard count or index changed), or it was gone from the route's
+# workload list for longer than --workload-retention.
+WORKLOAD_DROP_REASONS = ("other_shard", "left_route")
+# --workload-retention's default, seconds (the demo, which has no such flag, uses it too).
+WORKLOAD_RETENTION_S = 24 * 3600.0
 # A UnitSignal's activity as the agent reports it (`none`: not reported).
 ACTIVITIES = ("idle", "busy", "none")
 

@@ -27,6 +27,7 @@ from exporter.commands.errors import ConfigError
 from exporter.model.sharding import Shard, ordinal_from_pod_name
 from exporter.sinks.metrics.native import NativeConfig
 from exporter.sinks.metrics.selection import FamilyFilter, FamilyListError
+from exporter.vocabulary import WORKLOAD_RETENTION_S
 
 if TYPE_CHECKING:  # imported where used: kubernetes takes ~0.9 s, aiohttp ~0.2 s (replay
     # needs neither)
@@ -175,6 +176,7 @@ RANGES: tuple[tuple[str, float | None, float | None, str], ...] = (
     ("discovery_interval", 0.001, None, "positive"),
     ("unit_idle_timeout", 0.001, None, "positive"),
     ("unit_expiry_interval", 0.001, None, "positive"),
+    ("workload_retention", 0, None, "0 (never) or more"),
     ("checkpoint_interval", 0, None, "0 (only at scrapes and shutdown) or more"),
     ("webhook_tolerance", 0.001, None, "positive"),
     ("webhook_max_body", 1, None, "positive"),
@@ -302,6 +304,7 @@ class ServeConfig:
     discovery_interval: float
     unit_idle_timeout: float
     unit_expiry_interval: float
+    workload_retention: float
     webhook_secret_file: tuple[str, ...]
     webhook_listen: str | None
     webhook_security: WebSecurity | None
@@ -337,6 +340,8 @@ class ServeConfig:
         values["native"] = native_config(args)
         values["kube_skipped"] = values["kube_skipped"] or ""  # set only when auto skipped
         values["kube_watch_list"] = values["kube_watch_list"] or "auto"  # the demo has no flag
+        if values["workload_retention"] is None:  # the demo has no flag
+            values["workload_retention"] = WORKLOAD_RETENTION_S
         return cls(**values)
 
 

@@ -34,8 +34,10 @@ from exporter.sources.tailer import TailSupervisor
 from exporter.sources.tasks import cancel
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
+from exporter.vocabulary import WORKLOAD_DROP_REASONS
 from exporter.web.app import MetricsServer, start_site
 from exporter.web.security import WebSecurity
+from exporter.wiring import lifetime
 from exporter.wiring.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
 from exporter.wiring.expiry import ExpiryClock
@@ -94,6 +96,16 @@ class Running:
         return (fresh and t.caught_up and t.head_seq is not None
                 and t.log.applied_through >= t.head_seq)
 
+    def drop_departed(self, retention_ns: int, wall_ns: int) -> None:
+        """Drop the workloads gone from the route's list for longer than the retention
+        (wiring/lifetime.py); judged only once the route has listed them since the start."""
+        sup = self.supervisor
+        if sup is None or not sup.discovered:
+            return
+        gone = lifetime.sweep(self.pipeline, sup.tailers, retention_ns, wall_ns)
+        if gone:  # one seen again is new: held until caught up, as any log with no checkpoint
+            self.restored = self.restored.difference(gone)
+
     def save(self) -> None:
         """A checkpoint of now, between scrapes (periodically and at shutdown), with the
         workloads held as of now (a scrape updates them too); failures are logged by save."""
@@ -142,12 +154,15 @@ def _select_families(pipeline: Pipeline, families: Any) -> None:
                  extra={"families": ",".join(names)})
 
 
-async def _expire_loop(running: Running, interval: float) -> None:
-    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py), in slices; the wall
-    time of the sweep is read here, never in the model."""
+async def _expire_loop(running: Running, interval: float, retention: float) -> None:
+    """Idle-unit sweeps by each workload's event clock (wiring/expiry.py), in slices, after
+    dropping the workloads gone from the route for longer than `retention` seconds (0: never;
+    wiring/lifetime.py); the wall time of the sweep is read here, never in the model."""
     clock = ExpiryClock()
     while True:
         await asyncio.sleep(interval)
+        if retention > 0:
+            running.drop_departed(int(retention * 1e9), time.time_ns())
         for _ in clock.sweep_steps(running.pipeline, running.caught_up, time.time_ns()):
             await asyncio.sleep(0)  # 100k units are judged in slices: the loop stays free
 
@@ -228,6 +243,9 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     _select_families(pipeline, config.family_filter)
     pipeline.registry.gauge("zaroz_exporter_shard").labels().set(shard.index)
     pipeline.registry.gauge("zaroz_exporter_shards").labels().set(shard.total)
+    dropped = pipeline.registry.counter("zaroz_exporter_workloads_dropped_total")
+    for reason in WORKLOAD_DROP_REASONS:  # at 0 from the start (a restore continues them)
+        dropped.labels(reason)
     owns = shard.owns if shard.total > 1 else None
     backoff = functools.partial(Backoff, min(0.5, config.backoff_max), config.backoff_max)
     webhook_metrics = WebhookMetrics(pipeline.registry)
@@ -242,7 +260,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     try:
         if config.state_dir:  # locked now: a second exporter on it ends here, in one line
             checkpointer = Checkpointer(config.state_dir, pipeline,
-                                        CheckpointMetrics(pipeline.registry))
+                                        CheckpointMetrics(pipeline.registry), shard=shard)
         start_cursor = prepare_start(config.start_from, checkpointer, client)
         if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save
@@ -289,7 +307,8 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             running.sources.append(source)
             opened.push_async_callback(source.stop)  # also when its start fails half-way
             await source.start()
-    loops = {"expire": _expire_loop(running, config.unit_expiry_interval),
+    loops = {"expire": _expire_loop(running, config.unit_expiry_interval,
+                                    config.workload_retention),
              "collector": _collector_loop(running, STEP_S)}
     if checkpointer is not None and config.checkpoint_interval > 0:
         loops["checkpoint"] = _checkpoint_loop(running, config.checkpoint_interval)

@@ -50,6 +50,10 @@ class WorkloadLog:
         self.expired = 0
         self.last_at = ""  # occurred_at of the last event applied, parsed when read
         self.desired: int | None = None  # units the last units.scaled asked for
+        # Wall time (ns) the wiring first found the workload gone from the route's workload
+        # list, kept with the log so a restart does not restart its retention
+        # (wiring/lifetime.py); None while listed. The model only keeps it.
+        self.left_at_ns: int | None = None
         # Per source, the seqs it delivered: a duplicate is the same source delivering again.
         self.sources: dict[str, SeqRanges] = {}
         # Optional consumer of every applied unit event, in seq order (the trace builder).
@@ -264,6 +268,7 @@ class WorkloadLog:
             "expired": self.expired,
             "sources": {src: r.snapshot() for src, r in sorted(self.sources.items())},
             **({} if self.desired is None else {"desired": self.desired}),
+            **({} if self.left_at_ns is None else {"left_at_ns": self.left_at_ns}),
         }
 
     def take_units(self) -> list[tuple[str, list[Any] | None]]:
@@ -305,6 +310,15 @@ class WorkloadLog:
         self.sources = {src: SeqRanges.restore(r)
                         for src, r in state.get("sources", {}).items()}
         self.desired = state.get("desired")
+        left = state.get("left_at_ns")
+        self.left_at_ns = None if left is None else int(left)
+
+    def left(self, at_ns: int | None) -> None:
+        """The wiring found the workload gone from the route's list at `at_ns` (None: listed
+        again); stored with the log's next checkpoint."""
+        if at_ns != self.left_at_ns:
+            self.left_at_ns = at_ns
+            self._mark()
 
     def restore_desired(self, units: int) -> None:
         """A checkpoint of version 1 kept the desired units beside the log, not in it."""

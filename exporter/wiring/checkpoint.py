@@ -53,6 +53,7 @@ from typing import Any
 
 import orjson
 
+from exporter.model.sharding import Shard
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import AnyFamily, Registry
@@ -90,8 +91,11 @@ class Checkpointer:
         metrics: CheckpointMetrics | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        shard: Shard | None = None,
     ) -> None:
         self.dir = Path(state_dir)
+        # A load restores only this shard's workloads; the others are dropped (`_drop_foreign`).
+        self.shard = shard if shard is not None else Shard()
         self.path = self.dir / FILE
         self.store = Store(self.dir / DB)
         self.pipeline = pipeline
@@ -168,6 +172,9 @@ class Checkpointer:
         ch = Changes(full=full)
         held = p.registry.held.names
         moved = p.moved
+        if p.dropped:
+            ch.workloads_gone = [(w,) for w in p.dropped]
+            p.dropped.clear()
         if held != self._held:
             moved |= held ^ self._held
             self._held = held
@@ -194,6 +201,8 @@ class Checkpointer:
                     else:
                         ch.pending_gone.append((w, seq))
             b = traces.builders.get(w) if traces is not None else None
+            if wl is None and b is None:
+                continue  # dropped (its rows go with `workloads_gone`)
             if b is not None:
                 row["trace_expired"] = b.expired
                 if b.touched:
@@ -332,10 +341,12 @@ class Checkpointer:
             log.warning("metrics whose labels or buckets changed since the checkpoint restart "
                         "at zero once", extra={"state_dir": str(self.dir),
                                                "metrics": ",".join(skipped)})
+        owns = self.shard.owns
         self.held_at_save = self._held = frozenset(
-            w for w, e in state["workloads"].items() if e.get("held"))
+            w for w, e in state["workloads"].items() if e.get("held") and owns(w))
         if state["v"] == VERSION:
             self._track(restored)
+            self._drop_foreign(state)
             # Rows this version does not read (a family whose labels changed, or left the
             # catalog; trace state with traces off, or none with them on) would stay in the
             # store and be refused again at every start: the first save rewrites it whole.
@@ -345,11 +356,12 @@ class Checkpointer:
                 self._synced = False
         else:  # converted: the store is written whole, then the old file is put aside
             self._track(None)
+            self._drop_foreign(state)
             # Nothing is exposed yet: what was held at that save is held as of now.
             self.pipeline.registry.hold(self.held_at_save)
             self.save()
             self._put_aside(converted=True)
-        n = len(state["workloads"])
+        n = len(self.pipeline.logs)
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
         return n
 
@@ -385,7 +397,10 @@ class Checkpointer:
 
     def _restore(self, state: dict[str, Any], restored: set[Series | HistogramSeries],
                  ) -> list[str]:
+        owns = self.shard.owns
         for w, entry in state["workloads"].items():
+            if not owns(w):
+                continue  # another shard's now: its series go with it (_drop_foreign)
             wl = self.pipeline.workload(w)
             wl.restore(entry["log"])
             restore_labels = getattr(wl.obs, "restore_label_state", None)
@@ -397,6 +412,19 @@ class Checkpointer:
         if self.pipeline.traces is not None and state.get("traces") is not None:
             self.pipeline.traces.restore(state["traces"])
         return skipped
+
+    def _drop_foreign(self, state: dict[str, Any]) -> None:
+        """Workloads of the checkpoint that another shard owns now (the shard count or index
+        changed since it was saved): that shard exports them from its own state, so this one
+        drops them, their series (restored with every counter) and their stored rows (at the
+        next save), or every sum() over the shards would count them twice."""
+        foreign = [w for w in state["workloads"] if not self.shard.owns(w)]
+        if foreign:
+            self.pipeline.drop(foreign, "other_shard", every_group=True)
+            log.warning("checkpoint workloads owned by other shards dropped", extra={
+                "state_dir": str(self.dir), "workloads": len(foreign),
+                "kept": len(state["workloads"]) - len(foreign),
+                "shard": self.shard.index, "shards": self.shard.total})
 
     def _put_aside(self, converted: bool) -> None:
         try:

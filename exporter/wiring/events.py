@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from exporter import __version__
@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when traces are on
     from exporter.sinks.traces.otlp import TraceSink
 
 DEFAULT_IDLE_SECONDS = 24 * 3600
+# The families a workload's event log feeds (its own, its tailer's, its webhook deliveries'):
+# what goes when a workload leaves the route. The UnitSignal families are the watch's.
+EVENT_LOG_GROUPS = frozenset({"lifecycle", "events", "route", "webhook"})
 
 
 class Pipeline:
@@ -33,8 +36,10 @@ class Pipeline:
         self.max_pending = max_pending
         self.observer_factory = observer_factory
         self.logs: dict[str, WorkloadLog] = {}
-        # With a checkpoint (`track`): the workloads whose state changed since it last saved.
+        # With a checkpoint (`track`): the workloads whose state changed since it last saved,
+        # and those dropped since (`drop`: their rows go).
         self.moved: set[str] | None = None
+        self.dropped: set[str] = set()
         # Optional: every WorkloadLog's tap feeds its workload's TraceBuilder. Without it the tap
         # stays None, and the model's hot path pays one `is None` per event.
         self.traces = traces
@@ -74,6 +79,25 @@ class Pipeline:
             if self.traces is not None:
                 self.traces.track(self.moved)
         return self.moved
+
+    def drop(self, names: Collection[str], reason: str, *, every_group: bool = False) -> int:
+        """Forget these workloads: their logs (cursor, units, waiting events), open traces
+        and the series labelled with them (of the event-log families; of every family with
+        `every_group`); the next checkpoint deletes their rows. One seen again later starts as
+        new, from the beginning of its log, its counters from zero. Counted by `reason`;
+        returns how many were known."""
+        known = 0
+        for name in names:
+            known += self.logs.pop(name, None) is not None
+            if self.traces is not None:
+                self.traces.builders.pop(name, None)
+            if self.moved is not None:
+                self.moved.discard(name)
+                self.dropped.add(name)
+        self.registry.remove_workloads(set(names), None if every_group else EVENT_LOG_GROUPS)
+        self.registry.counter("zaroz_exporter_workloads_dropped_total").labels(reason).inc(
+            len(names))
+        return known
 
     def _pull(self, name: str, log: WorkloadLog) -> None:
         """Model state that changes on nearly every event is read at scrape time instead."""

@@ -76,6 +76,10 @@ CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL)
 # (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
 _HASHED = frozenset({"series", "series_gone", "traces", "traces_gone"})
 _WRITES = (
+    ("DELETE FROM workloads WHERE name = ?", "workloads_gone"),
+    ("DELETE FROM units WHERE workload = ?", "workloads_gone"),
+    ("DELETE FROM pending WHERE workload = ?", "workloads_gone"),
+    ("DELETE FROM traces WHERE workload = ?", "workloads_gone"),
     ("DELETE FROM units WHERE workload = ? AND uid = ?", "units_gone"),
     ("DELETE FROM pending WHERE workload = ? AND seq = ?", "pending_gone"),
     ("DELETE FROM series WHERE id = ?", "series_gone"),
@@ -89,12 +93,18 @@ _WRITES = (
     ("INSERT OR REPLACE INTO meta VALUES (?, ?)", "meta"),
 )
 
+_FIELDS = tuple(dict.fromkeys(f for _, f in _WRITES))
+
 
 @dataclass
 class Changes:
     """The rows of one checkpoint. `full`: the store is replaced (a first save, a conversion)."""
 
     full: bool = False
+    # Workloads dropped (another shard's, or gone from the route): every row of theirs goes
+    # (its own, its units, its waiting events, its open traces); their series go as
+    # `series_gone`. Removed before anything is written, so one made again is written anew.
+    workloads_gone: list[tuple[str]] = field(default_factory=list)
     workloads: list[tuple[str, str]] = field(default_factory=list)
     units: list[tuple[Any, ...]] = field(default_factory=list)
     units_gone: list[tuple[str, str]] = field(default_factory=list)
@@ -111,12 +121,12 @@ class Changes:
     meta: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self) -> int:
-        """Rows written or removed."""
-        return sum(len(getattr(self, f)) for _, f in _WRITES)
+        """Rows written or removed (a dropped workload counts once)."""
+        return sum(len(getattr(self, f)) for f in _FIELDS)
 
     def size(self) -> int:
         """Bytes of the rows written: their text and blob fields, 8 per number."""
-        return sum(_size(r) for _, f in _WRITES for r in getattr(self, f))
+        return sum(_size(r) for f in _FIELDS for r in getattr(self, f))
 
 
 def _id(a: str, b: str | bytes) -> int:

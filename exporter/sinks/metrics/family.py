@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Generic, Protocol, TypeVar, cast
 
 from exporter import catalog
@@ -416,6 +416,22 @@ class Registry:
         if names != self.held.names:
             self.held.names = names
             self.held.version += 1
+
+    def remove_workloads(self, names: Collection[str],
+                         groups: Collection[str] | None = None) -> int:
+        """Remove every series labelled with one of these workloads, from every family with a
+        `workload` label (of `groups` only, when given; per-object families are their source's
+        to remove); returns how many. One pass over those families' series."""
+        removed = 0
+        for fam in self.families.values():
+            if isinstance(fam, TableFamily) or "workload" not in fam.metric.labels or (
+                    groups is not None and fam.metric.group not in groups):
+                continue
+            i = fam.metric.labels.index("workload")
+            for values in [v for v in fam.series if v[i] in names]:
+                fam.remove(*values)
+                removed += 1
+        return removed
 
     def __getitem__(self, name: str) -> AnyFamily | TableFamily:
         """Any family by name (to read it; to record, ask for its kind: `counter`, ...)."""
