@@ -3,7 +3,7 @@ kill -9 and restart whose two last scrapes add up to the simulator's ground trut
 
 Run as a script (`python -m tests.test_checkpoint ROUTE_URL STATE_DIR WORKLOAD...`), this module
 is the exporter under test in the restart test: Pipeline + TailSupervisor + Checkpointer behind a
-/metrics that saves the checkpoint before rendering, as the lead's server will.
+/metrics that saves the checkpoint before rendering, as `serve`'s server does.
 """
 
 from __future__ import annotations
