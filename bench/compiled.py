@@ -1,13 +1,13 @@
 """What compiling the hot paths with mypyc would buy: the same code pure and compiled, side by side.
 
-Issue 14's closing note proposed compiling the model's hot modules with mypyc to reach its watch
-and replay targets. This measures that instead of guessing, without changing the product: the
+Compiling the model's hot modules with mypyc was proposed to reach the watch and replay
+targets. This measures that instead of guessing, without changing the product: the
 `exporter` package is copied into bench/out, a set of its modules is compiled there with mypyc
 (the copy only: the repository's `exporter/` stays pure Python), and child processes of the same
 interpreter take turns on the same work:
 
 - `pure`: the repository's own `exporter/`;
-- each compiled set in `SETS` (`proposed`: the closing note's four modules; `path`: also every
+- each compiled set in `SETS` (`proposed`: the four hot modules of the model; `path`: also every
   other module a watch event or a replayed line passes through).
 
 The children are started once each and then run one round at a time in rotating order, so a slow
@@ -55,7 +55,7 @@ from typing import IO, Any
 
 from bench._common import OUT, ROOT, header, table
 
-# Modules compiled, per set. `proposed` is the closing note of issue 14; `path` adds every other
+# Modules compiled, per set. `proposed` is the model's four hot modules; `path` adds every other
 # module on the two measured paths that mypyc compiles and that still work compiled (the
 # reflector, the handler, the sinks' observers and tables, the replay loop and its file reader).
 PROPOSED = (
@@ -88,8 +88,8 @@ PATCHES: tuple[tuple[str, str, str], ...] = ()
 
 PINNED_S = 1_790_000_000.0  # the children's wall clock (2026-09-21), so outputs compare bytewise
 SEED = 1
-TARGET_EVENTS_S = 100_000.0  # issue 14
-TARGET_REPLAY_RATIO = 1.3  # issue 14
+TARGET_EVENTS_S = 100_000.0  # the watch target of bench.cluster
+TARGET_REPLAY_RATIO = 1.3  # replay / floor, as bench.replay
 
 
 # -- building ------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 The cluster benchmark's watch target (100,000 events/s, 10 µs an event) sits below what
 `orjson.loads` leaves: decoding a UnitSignal watch line takes ~6 µs of those 10 µs before the
 model reads a field. This measures, on the same MODIFIED lines, what other decoders would leave
-instead; they are imported only if installed. It was the evidence for adding msgspec (issue 14):
+instead; they are imported only if installed. It was the evidence for adding msgspec:
 the exporter now decodes typed as below (`exporter/sources/kube/typed.py`, with the status kept
 raw too); pysimdjson is still not used:
 

@@ -8,7 +8,7 @@ lazily.
 
 The CLI is also run three ways on the same files in the same interleaved rounds: by default
 (text), with `--native-histogram-schema off`, and `--format protobuf` (the one output with native
-buckets): default / off is what native buckets cost a text replay (issue 23: at most 1.05).
+buckets): default / off is what native buckets cost a text replay (target: at most 1.05).
 
 Run: python -m bench.replay [--events N] [--repeat K] [--profile]
 """
@@ -40,8 +40,8 @@ from exporter.wiring.events import Pipeline
 from zaroz_sim.scenario import SimConfig, Simulator
 
 NS = 1_000_000_000
-TARGET_RATIO = 1.3  # issue 14 (it was 2)
-NATIVE_TARGET = 1.05  # issue 23: text replay by default / --native-histogram-schema off
+TARGET_RATIO = 1.3  # replay / floor
+NATIVE_TARGET = 1.05  # text replay by default / --native-histogram-schema off
 # Modules replay must not import: the server, the tailer, the simulator, the python validator.
 HEAVY = ("aiohttp", "exporter.web.app", "exporter.commands.serve", "exporter.sources.tailer",
          "zaroz_sim", "jsonschema")
@@ -95,7 +95,7 @@ def replay_once(paths: list[Path]) -> float:
 
 
 def native_once(paths: list[Path]) -> float:
-    """The same with native buckets computed (protobuf's path; text's too before issue 23)."""
+    """The same with native buckets computed (protobuf's path; text replay computes none)."""
     pipeline = Pipeline(Registry(native=DEFAULT_NATIVE))
     return timed(lambda: apply_files(pipeline, paths, None))
 

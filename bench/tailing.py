@@ -9,13 +9,13 @@ workloads) and for `--seconds` each exporter is scraped every 2 s while its `/he
 every 0.1 s. Printed per value: route responses/s, events per response, CPU of the exporter and
 of its route (share of one core, and microseconds per response), scrape median / max, worst and
 p99 /healthz. `--baseline DIR` adds a pair whose exporter runs from another checkout (e.g.
-`git archive main | tar -x -C DIR`), without the flag: the code before, in the same run.
+`git archive REV | tar -x -C DIR`), without the flag: the code before, in the same run.
 `--py-spy DIR` records a profile of each exporter over the window (py-spy must be installed).
 Loopback only; every loop is bounded; every process is stopped.
 
     python -m bench.tailing --workloads 1000 --units 20000 --seconds 20
     python -m bench.tailing --poll-intervals 0,0.5,1,2        # which default
-    python -m bench.tailing --baseline /tmp/main-tree          # main's code beside it
+    python -m bench.tailing --baseline /tmp/other-tree         # another checkout beside it
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`python -m deploy`: regenerate the derived manifests (see deploy/generate.py)."""
+"""`python -m deploy`: regenerate the derived manifests (see deploy/write.py)."""
 
-from deploy.generate import main
+from deploy.write import main
 
 raise SystemExit(main())

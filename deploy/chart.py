@@ -1,7 +1,7 @@
 """The generated parts of the Helm chart (deploy/helm/zaroz-exporter/), so it cannot drift.
 
 The chart's templates are hand-written; what they render is not. These files are written by
-`python -m deploy` (deploy/generate.py calls `outputs()`), and `python -m tools.gen --check`
+`python -m deploy` (deploy/write.py calls `outputs()`), and `python -m tools.gen --check`
 reports them stale like every other generated file:
 
 - `files/rules/{classic,native}/*.yaml`: the Prometheus rule files of alerts/rules/ and

@@ -17,20 +17,18 @@ Derived, and therefore generated rather than hand-written:
   rules (`alerts/rules/native/`, the same PrometheusRule names, so other components and the
   alerts' record names still line up) and dashboards (`dashboards/json/native/`, each replacing
   the classic dashboard it is the native form of).
-- `helm/zaroz-exporter/files/` and its README.md: the Helm chart's rules, dashboards and CRD
-  and its values table (deploy/chart.py).
 
-`python -m deploy` writes them; `python -m deploy --check` exits 1 when any is stale, and
-tests/test_deploy.py fails the same way.
+The Helm chart's generated files (`helm/zaroz-exporter/files/` and its README.md) are
+deploy/chart.py's, which builds on this module. `python -m deploy` (deploy/write.py) writes both;
+`python -m deploy --check` exits 1 when any is stale, and tests/test_deploy.py fails the same way.
+Imports go one way: write -> chart -> generate.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -352,7 +350,8 @@ def dump(docs: list[dict[str, Any]], sources: str) -> str:
 
 
 def outputs() -> dict[Path, str]:
-    """Every generated file and its exact content."""
+    """Every generated kustomize manifest and its exact content (the chart's are
+    deploy/chart.py's; deploy/write.py takes both)."""
     files: dict[Path, str] = {}
     resources = []
     rules = prometheus_rules()
@@ -374,9 +373,6 @@ def outputs() -> dict[Path, str]:
         [statefulset()], "deploy/base/deployment.yaml and SHARDS in deploy/generate.py")
     files[DEPLOY / "overlays" / "dev" / "crd.yaml"] = dump(
         [crd()], "schemas/unit-signal-spec.schema.json and schemas/unit-signal-status.schema.json")
-    from deploy import chart  # the Helm chart's generated files (deploy/chart.py)
-
-    files.update(chart.outputs())
     return files
 
 
@@ -436,47 +432,3 @@ _NATIVE_USAGE = """\
 #   components:
 #     - ../../components/native-histograms
 """
-
-
-def stale() -> list[Path]:
-    """Generated files whose content differs from what would be written, plus leftovers."""
-    want = outputs()
-    bad = [p for p, text in want.items()
-           if not p.exists() or p.read_text(encoding="utf-8") != text]
-    if GENERATED.exists():
-        bad += [p for p in sorted(GENERATED.iterdir()) if p not in want]
-    from deploy import chart
-
-    return bad + chart.leftovers(want)
-
-
-def write() -> list[Path]:
-    """Writes what is stale and removes leftovers; returns the paths changed."""
-    want = outputs()
-    changed = stale()
-    for path in changed:
-        if path in want:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(want[path], encoding="utf-8")
-        else:
-            path.unlink()
-    return changed
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy", description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if a generated file is stale, without writing")
-    args = parser.parse_args(argv)
-    if args.check:
-        bad = stale()
-        for p in bad:
-            print(f"stale: {p.relative_to(ROOT)} (run python -m deploy)", file=sys.stderr)
-        return 1 if bad else 0
-    for p in write():
-        print(f"wrote {p.relative_to(ROOT)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

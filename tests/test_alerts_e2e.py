@@ -17,6 +17,14 @@ there, so the windowed alerts fire; they are not expected to resolve within the 
 the Alertmanager config is the example with its endpoints pointed at this test, shorter group
 timers, a webhook tap on the pager receiver (so the page's raw alerts can be checked) and the
 email sent to this test's SMTP sink without TLS.
+
+Steady on a busy machine: the exporter runs in this test's process, so a stretch of starved CPU
+can make a 1 s scrape time out; Prometheus then marks every series stale, and an alert on them
+would resolve for a moment, a RESOLVED page before the fix. Each alert of the copies keeps firing
+`KEEP_FIRING_FOR` after its condition last held (`keep_firing_for`, Prometheus 2.42+), and
+Prometheus re-sends firing alerts every `RESEND_DELAY`, which Alertmanager takes as valid for four
+times that (a stalled Prometheus does not let them expire into a RESOLVED either). The deadlines
+are sized for a loaded machine; a quiet run needs a fraction of them.
 """
 
 from __future__ import annotations
@@ -60,8 +68,10 @@ EXAMPLE = ROOT / "alerts" / "alertmanager.example.yml"
 JOB = "zaroz-exporter"
 TIME_SCALE = 20.0  # simulated seconds per wall second
 STUCK, INVALID, BURN = "wl-1", "wl-2", "wl-3"
-FIRING_TIMEOUT = 60.0
-RESOLVED_TIMEOUT = 40.0
+FIRING_TIMEOUT = 120.0
+RESOLVED_TIMEOUT = 120.0
+KEEP_FIRING_FOR = "20s"
+RESEND_DELAY = "5s"
 
 RULES = replace(
     DEFAULT_CONFIG,
@@ -83,7 +93,9 @@ SIM = SimConfig(
     p_slow=0.0,
     p_crash_restart=0.0,
     p_abandoned=0.0,
-    lifetime=LogNormal(3600.0, 0.1),  # the stuck and invalid UnitSignals outlive the test
+    # The stuck and invalid UnitSignals outlive the test, however slowly it runs (7,200 s
+    # simulated is 6 min at TIME_SCALE).
+    lifetime=LogNormal(7200.0, 0.1),
     workload_overrides={
         BURN: {
             "arrival_rate": 0.1,
@@ -126,6 +138,19 @@ INHIBITED = [
     ("ZarozReadinessBudgetBurn", BURN),  # the 1d/2h and 3d/6h pairs, by the 1h/5m page
     ("ZarozUnitSignalSpecInvalid", INVALID),  # by ZarozGenerationStuckInvalidSpec
 ]
+
+
+def _rule_files() -> dict[str, str]:
+    """The generated rule files, each alert keeping firing `KEEP_FIRING_FOR` (see the top)."""
+    out = {}
+    for name, text in render.rule_files(RULES).items():
+        doc = yaml.safe_load(text)
+        for group in doc.get("groups", []):
+            for rule in group["rules"]:
+                if "alert" in rule:
+                    rule["keep_firing_for"] = KEEP_FIRING_FOR
+        out[name] = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
+    return out
 
 
 def _alertmanager_binary() -> str:
@@ -273,7 +298,7 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
     with tempfile.TemporaryDirectory(prefix="zaroz-alerts-e2e-") as tmp_dir:
         tmp = Path(tmp_dir)
         rule_files = []
-        for name, text in render.rule_files(RULES).items():
+        for name, text in _rule_files().items():
             (tmp / name).write_text(text)
             rule_files.append(str(tmp / name))
         am_cfg = tmp / "alertmanager.yml"
@@ -297,7 +322,8 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
                 ))
                 procs.append(start_prometheus(
                     prometheus, tmp / "prometheus.yml", tmp / "prom", prom_port,
-                    "--rules.alert.resend-delay=1s", stderr=(tmp / "prom.log").open("wb")))
+                    f"--rules.alert.resend-delay={RESEND_DELAY}",
+                    stderr=(tmp / "prom.log").open("wb")))
                 prom, am = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}"
                 await _run_incident(s, inbox, smtp, mirror, prom, am, tmp)
         finally:

@@ -3,7 +3,7 @@ kill -9 and restart whose two last scrapes add up to the simulator's ground trut
 
 Run as a script (`python -m tests.test_checkpoint ROUTE_URL STATE_DIR WORKLOAD...`), this module
 is the exporter under test in the restart test: Pipeline + TailSupervisor + Checkpointer behind a
-/metrics that saves the checkpoint before rendering, as the lead's server will.
+/metrics that saves the checkpoint before rendering, as `serve`'s server does.
 """
 
 from __future__ import annotations
@@ -160,15 +160,12 @@ async def test_start_from_head(tmp_path: Path):
                              start_cursor=prepare_start("head", None, client), wait=1)
         await sup.start()
         try:
-            for _ in range(200):
-                if sup.ready():
-                    break
+            deadline = time.monotonic() + 30  # conditions, not pauses: a busy machine is slow
+            while not sup.ready() and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             assert p.logs["wl-1"].applied_through == 50
             route.append("wl-1", LOGS["wl-1"][50:55])
-            for _ in range(200):
-                if p.logs["wl-1"].applied_through == 55:
-                    break
+            while p.logs["wl-1"].applied_through != 55 and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             applied = p.registry["zaroz_events_total"].series
             assert sum(s.value for k, s in applied.items() if k[0] == "wl-1") == 5

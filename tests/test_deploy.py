@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy import generate
+from deploy import generate, write
 from exporter import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ def _cli_env_vars() -> set[str]:
 
 
 def test_generated_manifests_are_current() -> None:
-    stale = [str(p.relative_to(ROOT)) for p in generate.stale()]
+    stale = [str(p.relative_to(ROOT)) for p in write.stale()]
     assert not stale, f"stale generated manifests {stale}: run `python -m deploy`"
 
 

@@ -34,6 +34,12 @@ SECRET = b"s3cret-for-tests"
 LOGS, TRUTH = finite_logs(seed=5, workloads=2, seconds=150, rate=0.5)
 
 
+def long_polling(route: RouteServer, workload: str) -> bool:
+    """A request is held in the route's long poll of `workload` (waiting on its log's change
+    event): a condition to wait on, where a fixed pause may end before the request is made."""
+    return bool(route.logs[workload].changed._waiters)
+
+
 def silent_append(route: RouteServer, workload: str, events: list[dict[str, Any]]) -> None:
     """Add events to the route's log without waking long polls: the tailer does not see them
     until something makes it ask."""
@@ -130,7 +136,7 @@ async def route_and_exporter(tmp_path: Path):
     ex = Exporter(tmp_path, route_url, ["wl-1"], grace=0.2)
     url = await ex.start()
     await until(lambda: ex.supervisor.tailers["wl-1"].caught_up and ex.applied("wl-1") == 10)
-    await asyncio.sleep(0.05)  # the tailer is now in a 30 s long poll
+    await until(lambda: long_polling(route, "wl-1"))  # the tailer is in a 30 s long poll
     session = aiohttp.ClientSession()
     yield route, ex, WebhookSender(session, url, SECRET), log.events
     await session.close()
@@ -250,7 +256,7 @@ async def test_ping_inside_backfill_interval_is_coalesced_not_dropped(route_and_
     assert await sender.send("wl-1", ping(15)) == 200
     await until(lambda: ex.applied("wl-1") == 15, timeout=2.0)
     # The tailer is back in its long poll; a second ping inside the interval must not be lost.
-    await asyncio.sleep(0.05)
+    await until(lambda: long_polling(route, "wl-1"))
     silent_append(route, "wl-1", events[15:20])
     assert await sender.send("wl-1", ping(20)) == 200
     assert await sender.send("wl-1", ping(20)) == 200  # coalesced with the one waiting

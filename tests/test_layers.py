@@ -63,8 +63,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports(package: str) -> dict[str, set[str]]:
-    """Every module of `package` and the modules of this repository it imports."""
+# Every package of the repository, for the file-circle check beyond the exporter.
+PACKAGES = ("alerts", "bench", "dashboards", "deploy", "exporter", "tests", "tools", "zaroz_sim")
+
+
+def imports(package: str, roots: tuple[str, ...] = ("exporter", "zaroz_sim", "tools")
+            ) -> dict[str, set[str]]:
+    """Every module of `package` and the modules of the packages `roots` it imports."""
     out: dict[str, set[str]] = {}
     for path in sorted((ROOT / package).rglob("*.py")):
         name = _module_name(path)
@@ -84,8 +89,16 @@ def imports(package: str) -> dict[str, set[str]]:
                               or (ROOT / sub.replace(".", "/")).is_dir() else target)
             elif isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
-        out[name] = {m for m in found if m.split(".")[0] in ("exporter", "zaroz_sim", "tools")}
+        out[name] = {m for m in found if m.split(".")[0] in roots}
     return out
+
+
+def repository_imports() -> dict[str, set[str]]:
+    """Every module of the repository's packages and the repository modules it imports."""
+    graph: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        graph.update(imports(package, PACKAGES))
+    return graph
 
 
 def upward_edges(graph: dict[str, set[str]]) -> list[str]:
@@ -178,6 +191,17 @@ def test_no_module_cycle() -> None:
     assert module_cycles(imports("exporter")) == []
 
 
+def test_no_file_circle_in_the_repository() -> None:
+    """No two files import each other round a circle anywhere: deploy/ (write -> chart ->
+    generate), tools/, bench/, alerts/, dashboards/, the simulator and the tests' own modules,
+    not only the exporter; lazy imports count too."""
+    graph = repository_imports()
+    for package in PACKAGES:
+        assert any(m == package or m.startswith(package + ".") for m in graph), package
+    assert {"deploy.chart", "deploy.generate", "deploy.write"} <= graph.keys()
+    assert module_cycles(graph) == []
+
+
 def test_the_checks_catch_an_upward_edge_and_a_cycle() -> None:
     graph = {"exporter.model.units": {"exporter.catalog"},
              "exporter.sources.route": {"exporter.sinks.metrics.route"},
@@ -195,6 +219,9 @@ def test_the_checks_catch_an_upward_edge_and_a_cycle() -> None:
     assert module_cycles(ring) == [["exporter.sinks.metrics.family",
                                     "exporter.sinks.metrics.protobuf",
                                     "exporter.sinks.metrics.table"]]
+    pair = {"deploy.chart": {"deploy.generate"}, "deploy.generate": {"deploy.chart"},
+            "deploy": set()}
+    assert module_cycles(pair) == [["deploy.chart", "deploy.generate"]]
 
 
 def test_the_simulator_uses_nothing_of_the_exporter_but_its_words() -> None:

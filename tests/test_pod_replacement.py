@@ -64,6 +64,30 @@ async def _scraped(base: str, port: int, count: float, timeout: float = 30) -> N
         await asyncio.sleep(0.2)
 
 
+async def _applied_and_scraped(s: aiohttp.ClientSession, pod: Serve, prom: str,
+                               last_seq: int, timeout: float = 60) -> None:
+    """Until the pod has applied the log up to `last_seq` and Prometheus holds its ready count
+    from then: a fixed pause after feeding can end before either on a busy machine, and the
+    window's count would then miss what the pod counted."""
+    deadline = time.monotonic() + timeout
+    while not (got := await scrape(pod.url, s)) or \
+            value(got, "zaroz_events_last_seq", workload=WL) < last_seq:
+        assert time.monotonic() < deadline, f"the pod never applied seq {last_seq}"
+        await asyncio.sleep(0.1)
+    await _scraped(prom, pod.port, value(got, "zaroz_unit_ready_seconds_count", workload=WL),
+                   timeout)
+
+
+async def _until_caught_up(s: aiohttp.ClientSession, pod: Serve,
+                           timeout: float = 60) -> dict[Any, float]:
+    deadline = time.monotonic() + timeout
+    while not (got := await scrape(pod.url, s)) or \
+            value(got, "zaroz_route_caught_up", workload=WL) != 1:
+        assert time.monotonic() < deadline, "the pod never caught up"
+        await asyncio.sleep(0.1)
+    return got
+
+
 async def _feed_slowly(route: RouteServer, events: list[dict[str, Any]], seconds: float) -> None:
     step = max(1, len(events) // 20)
     for i in range(0, len(events), step):
@@ -105,18 +129,18 @@ async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Pat
         await _prom_ready(prom)
         await a.start()
         async with aiohttp.ClientSession() as s:
-            while not (got := await scrape(a.url, s)) or \
-                    value(got, "zaroz_route_caught_up", workload=WL) != 1:
-                await asyncio.sleep(0.1)
+            got = await _until_caught_up(s, a)
             await _scraped(prom, a.port, value(got, "zaroz_unit_ready_seconds_count",
                                                workload=WL))
             await asyncio.sleep(1.5)  # Prometheus has A's caught-up baseline
             await _feed_slowly(route, events[history:a_end], 4.0)
-            await asyncio.sleep(1.0)
+            await _applied_and_scraped(s, a, prom, events[a_end - 1]["seq"])
             await a.kill()  # the pod is gone; its replacement starts with an empty state dir
             await b.start()
             feeding = asyncio.create_task(_feed_slowly(route, events[a_end:b_end], 2.0))
+            deadline = time.monotonic() + 60
             while True:
+                assert time.monotonic() < deadline, "the new pod never caught up"
                 got = await scrape(b.url, s)
                 if got and value(got, "zaroz_route_caught_up", workload=WL) == 0:
                     seen_catching_up = True  # served (so scraped) while replaying
@@ -128,7 +152,7 @@ async def test_pod_replacement_with_an_empty_state_dir_is_no_burst(tmp_path: Pat
                                                workload=WL))
             await asyncio.sleep(1.5)  # Prometheus has B's caught-up baseline
             await _feed_slowly(route, events[b_end:], 4.0)
-            await asyncio.sleep(2.0)
+            await _applied_and_scraped(s, b, prom, events[-1]["seq"])
         result = _query(prom, QUERY)
         total = float(result[0]["value"][1]) if result else 0.0
         per_instance = _query(prom, "increase(zaroz_unit_ready_seconds_count[10m])")

@@ -19,6 +19,7 @@ from exporter.wiring.expiry import ExpiryClock
 from exporter.wiring.store import read_state
 from tests.serving import Feed, Scraper, Serve, scrape
 from tests.simlogs import NS, assert_matches_truth, finite_logs, value
+from tests.waiting import until
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
 
@@ -95,7 +96,11 @@ async def test_sigkills_with_two_scrapers_end_exactly_at_the_truth(tmp_path: Pat
                 await serve.start()
         feed.to(1.0)
         final = await _caught_up(serve.url, feed.fed)
-        await asyncio.sleep(1.0)  # both scrapers read the final process
+        # Both scrapers read the final process: two more scrapes each (the first may have
+        # started before it caught up), however slowly a busy machine runs them.
+        n_fast, n_slow = len(fast.scrapes), len(slow.scrapes)
+        await until(lambda: len(fast.scrapes) >= n_fast + 2 and len(slow.scrapes) >= n_slow + 2,
+                    timeout=60.0, interval=0.05)
     finally:
         await fast.stop()
         await slow.stop()

@@ -71,6 +71,15 @@ async def watch(
     return out
 
 
+async def opened(emu: KubeEmulator, before: frozenset[object] = frozenset()) -> None:
+    """Until a watch not in `before` is open on the emulator: a fixed pause may end before the
+    request is served on a busy machine, and a change made then would not be a live event."""
+    deadline = time.monotonic() + 10
+    while not set(emu.watches) - before:
+        assert time.monotonic() < deadline, "the watch never opened"
+        await asyncio.sleep(0.005)
+
+
 @pytest.fixture
 async def kube() -> AsyncIterator[tuple[KubeEmulator, aiohttp.ClientSession, str]]:
     emu = KubeEmulator(
@@ -100,7 +109,7 @@ async def test_watch_from_rv_gets_exactly_the_later_events(
     rv = seed(emu)
     emu.patch_status("ns", "u1", {"seq": 1})  # before the watch connects: replayed from history
     task = asyncio.create_task(watch(session, base + ALL, resourceVersion=rv, stop_after=5))
-    await asyncio.sleep(0.1)
+    await opened(emu)
     emu.update_spec("ns", "u2", spec(2, generation=2))
     emu.update_spec("ns", "u2", spec(2, generation=2))  # no-op: no event
     emu.delete("ns", "u0")
@@ -136,8 +145,9 @@ async def test_watch_without_rv_starts_with_added_for_all(
     seed(emu)
     emu.create("other", "x", spec(9))
     for params in ({}, {"resourceVersion": "0"}):
+        before = frozenset(emu.watches)
         task = asyncio.create_task(watch(session, base + NS, stop_after=4, **params))
-        await asyncio.sleep(0.1)
+        await opened(emu, before)
         emu.patch_status("ns", "u1", {"seq": len(emu.store.history)})
         w = await task
         assert w.types == ["ADDED", "ADDED", "ADDED", "MODIFIED"]
@@ -315,7 +325,7 @@ async def test_stop_ends_open_watches(
 ) -> None:
     emu, session, base = kube
     task = asyncio.create_task(watch(session, base + ALL, timeoutSeconds=30))
-    await asyncio.sleep(0.1)
+    await opened(emu)
     assert len(emu.watches) == 1
     await emu.stop()
     w = await asyncio.wait_for(task, 2)
@@ -328,7 +338,7 @@ async def test_a_deleted_crd_deletes_its_objects_ends_watches_and_answers_404(
     emu, session, base = kube
     rv = seed(emu)
     task = asyncio.create_task(watch(session, base + ALL, resourceVersion=rv, timeoutSeconds=30))
-    await asyncio.sleep(0.1)
+    await opened(emu)
     emu.uninstall_crd()
     w = await asyncio.wait_for(task, 2)  # the finalizer's deletes, then the stream ends
     assert w.changes == [("DELETED", f"u{i}", str(rv + 1 + i)) for i in range(3)]

@@ -286,6 +286,8 @@ async def test_live_feed_task() -> None:
     server = RouteServer(SimConfig(workloads=1).workload_list())
     feed = LiveFeed(server, SimConfig(seed=2, workloads=1), time_scale=200.0, interval_s=0.02)
     feed.start()
-    await asyncio.sleep(0.3)
+    deadline = time.monotonic() + 30  # a condition, not a fixed pause: a busy machine is slow
+    while server.head_seq("wl-1") <= 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     await feed.stop()
     assert server.head_seq("wl-1") > 1

@@ -167,7 +167,10 @@ async def test_demo_spans_carry_namespace_name_and_generations_and_no_user_data(
             feed.start()
             await asyncio.sleep(7)
             await feed.stop()
-            await asyncio.sleep(1.5)  # the tailer and the watch catch up
+            # The tailer and the watch catch up and the roots are exported, however slowly a
+            # busy machine runs them (a fixed pause could end first).
+            await until(lambda: sum(1 for s in rx.spans if not s.parent_span_id) >= 10,
+                        timeout=60, interval=0.1)
         finally:
             await running.stop()
             await route.stop()
