@@ -118,3 +118,18 @@ async def test_a_delivery_covered_by_a_save_written_over_a_failed_one_is_not_ack
     results: list[Any] = await asyncio.gather(scrape_a(), scrape_b(), return_exceptions=True)
     assert isinstance(results[0], CheckpointError) and results[1] is True
     assert await b is False
+
+
+async def test_a_save_written_before_a_failed_one_still_acknowledges_its_deliveries():
+    commits, writes = _commits()
+    a = asyncio.create_task(commits.covered())
+    await until(lambda: len(writes.pending) == 1)
+    b = asyncio.create_task(commits.covered())
+    await asyncio.sleep(0)
+    scrape = commits.begin_save()  # covers b; the failure of it is seen before save 1's end
+    writes.end(1, error=True)
+    await _spin()
+    writes.end(0)
+    assert await a is True
+    assert await b is False
+    await asyncio.gather(scrape(), return_exceptions=True)

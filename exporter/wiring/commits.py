@@ -93,13 +93,13 @@ class GroupCommit:
             result = await outcome
         except CheckpointError as e:
             result = e
-        if isinstance(result, CheckpointError):
-            # Every save taken up to now was taken before the failure was seen (the
-            # checkpointer saw it in the await just ended): none holds this save's changes.
-            self._lost_through = max(self._lost_through, self._taken)
+        # The saves after this one taken up to now were taken before the failure was seen (the
+        # checkpointer saw it in the await just ended): none of them holds this save's changes.
+        lost_through = self._taken if isinstance(result, CheckpointError) else 0
         if before is not None and not before.done():
             await asyncio.wait((before,))
         self._settled = n
+        self._lost_through = max(self._lost_through, lost_through)
         durable = not isinstance(result, CheckpointError) and n > self._lost_through
         waiters = self._waiters
         while waiters and waiters[0][0] <= n:
