@@ -19,9 +19,11 @@ Saves are written in the order taken, in the checkpointer's one writer thread. W
 the checkpointer writes everything at the next save it takes after the failure is seen; but the
 saves taken between the failed one and that moment are written over a store that lacks the
 failed one's changes. So the outcome of each save is settled here in the order taken, and a
-failed save fails every save taken before its failure was seen, as well as itself: the
-deliveries they cover are answered with a retryable error (the platform redelivers; a
-redelivery is a duplicate, answered once the next save is durable).
+failed save fails the saves taken after it and before its failure was seen, as well as itself:
+the deliveries they cover are answered with a retryable error (the platform redelivers; a
+redelivery is a duplicate, answered once the next save is durable). A save taken straight on
+the Checkpointer would be a hole in this account: in `serve` every save goes through
+`GroupCommit.begin_save` or `GroupCommit.save`.
 """
 
 from __future__ import annotations
