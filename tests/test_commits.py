@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from exporter.commands.config import ServeConfig
+from exporter.commands.serve import start
 from exporter.wiring.checkpoint import CheckpointError
 from exporter.wiring.commits import GroupCommit
+from tests.test_webhook_durability import BlockedWrites, serve_args
 from tests.waiting import until
 
 
@@ -100,7 +106,11 @@ async def test_a_failed_save_fails_those_taken_before_it_was_seen():
     writes.end(0, error=True)
     writes.end(1)
     assert await a is False
-    assert await scrape_b() is True  # the scrape's own answer is as before
+    try:  # written over the store save 1 left: the scrape must not expose what it covers
+        await scrape_b()
+        raise AssertionError("the scrape's save was taken as durable")
+    except CheckpointError:
+        pass
     # b arrived after save 2 was taken: a third save (written whole after the failure).
     await until(lambda: len(writes.pending) == 3)
     writes.end(2)
@@ -116,7 +126,7 @@ async def test_a_delivery_covered_by_a_save_written_over_a_failed_one_is_not_ack
     writes.end(1)  # written in its turn, over a store without save 1's changes
     writes.end(0, error=True)
     results: list[Any] = await asyncio.gather(scrape_a(), scrape_b(), return_exceptions=True)
-    assert isinstance(results[0], CheckpointError) and results[1] is True
+    assert isinstance(results[0], CheckpointError) and isinstance(results[1], CheckpointError)
     assert await b is False
 
 
@@ -133,3 +143,34 @@ async def test_a_save_written_before_a_failed_one_still_acknowledges_its_deliver
     assert await a is True
     assert await b is False
     await asyncio.gather(scrape(), return_exceptions=True)
+
+
+async def test_a_scrape_whose_save_is_queued_behind_a_failing_one_is_refused(tmp_path: Path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    running = await start(ServeConfig.from_args(serve_args(
+        "--webhook-secret-file", str(secret), "--state-dir", str(tmp_path / "state"),
+        "--checkpoint-interval", "0")))
+    assert running.checkpointer is not None and running.commits is not None
+    commits = running.commits
+    store = running.checkpointer.store
+    blocked = BlockedWrites(store.write)
+    store.write = blocked  # type: ignore[method-assign]
+    try:
+        async with aiohttp.ClientSession() as s:
+            async def scrape() -> int:
+                async with s.get(running.url + "/metrics") as r:
+                    await r.read()
+                    return r.status
+
+            first = asyncio.create_task(scrape())
+            await until(blocked.entered.is_set, timeout=10)
+            second = asyncio.create_task(scrape())  # its save is queued behind the first's
+            await until(lambda: commits.taken == 2, timeout=10)
+            blocked.release.set()
+            assert await first == 503
+            # Written, but over a store without the first save's changes: not exposed.
+            assert await second == 503
+            assert await scrape() == 200  # the next save is written whole
+    finally:
+        await running.stop()

@@ -130,7 +130,7 @@ async def test_sigkills_mid_webhook_stream_lose_nothing_and_count_nothing_twice(
     assert assert_matches_truth(final, truth, list(logs), allow_duplicates=True) > 100
 
 
-def _serve_args(*extra: str) -> Any:
+def serve_args(*extra: str) -> Any:
     return build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--kube", "off",
                                       *extra])
 
@@ -161,7 +161,7 @@ async def test_no_2xx_while_the_checkpoint_write_is_blocked_and_503_when_it_fail
     state = tmp_path / "state"
     args = ("--webhook-secret-file", str(secret), "--state-dir", str(state),
             "--checkpoint-interval", "0")
-    running = await start(ServeConfig.from_args(_serve_args(*args)))
+    running = await start(ServeConfig.from_args(serve_args(*args)))
     assert running.checkpointer is not None
     store = running.checkpointer.store
     blocked = BlockedWrites(store.write)
@@ -197,7 +197,7 @@ async def test_no_2xx_while_the_checkpoint_write_is_blocked_and_503_when_it_fail
             assert (status, body) == (200, {"result": "duplicate"})
     finally:
         await running.stop()
-    again = await start(ServeConfig.from_args(_serve_args(*args)))
+    again = await start(ServeConfig.from_args(serve_args(*args)))
     try:
         async with aiohttp.ClientSession() as s:
             samples = await scrape(again.url, s)

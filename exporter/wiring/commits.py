@@ -52,10 +52,17 @@ class GroupCommit:
         self._begin_soon: asyncio.Handle | None = None
         self.begun = 0  # saves begun for waiting deliveries (the benchmark shows the grouping)
 
+    @property
+    def taken(self) -> int:
+        """How many saves were taken so far."""
+        return self._taken
+
     # -- saves ---------------------------------------------------------------------------------
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]:
-        """`Checkpointer.begin_save`, numbered: same meaning, same errors."""
+        """`Checkpointer.begin_save`, numbered: same meaning, same errors, and one more: a save
+        written over the changes of a failed one raises CheckpointError too (a scrape then
+        fails instead of exposing counts the store may not hold after a crash)."""
         try:
             durable = self.checkpointer.begin_save()
         except CheckpointError as e:
@@ -103,6 +110,11 @@ class GroupCommit:
         self._settled = n
         self._lost_through = max(self._lost_through, lost_through)
         durable = not isinstance(result, CheckpointError) and n > self._lost_through
+        if not durable and not isinstance(result, CheckpointError):
+            # Written, but over a store without a failed save's changes: what it covers (a
+            # scrape's exposition too) is not durable until the next save, written whole.
+            result = CheckpointError("checkpoint not durable: an earlier one failed while it "
+                                     "was queued")
         waiters = self._waiters
         while waiters and waiters[0][0] <= n:
             answer = waiters.popleft()[1]
