@@ -24,8 +24,12 @@ class Writes:
 
     def __init__(self) -> None:
         self.pending: list[asyncio.Future[bool]] = []
+        self.refuse = False  # the next save cannot even be taken
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]:
+        if self.refuse:
+            self.refuse = False
+            raise CheckpointError("state dir is in use by another exporter")
         written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.pending.append(written)
 
@@ -143,6 +147,24 @@ async def test_a_save_written_before_a_failed_one_still_acknowledges_its_deliver
     assert await a is True
     assert await b is False
     await asyncio.gather(scrape(), return_exceptions=True)
+
+
+async def test_a_save_taken_after_a_failure_to_take_one_is_durable():
+    commits, writes = _commits()
+    writes.refuse = True
+    try:
+        commits.begin_save()
+        raise AssertionError("taken")
+    except CheckpointError:
+        pass
+    scrape = commits.begin_save()  # taken once the failure was seen: written whole
+    waiting = asyncio.create_task(commits.covered())
+    await _spin()
+    writes.end(0)
+    assert await scrape() is True
+    await until(lambda: len(writes.pending) == 2)
+    writes.end(1)
+    assert await waiting is True
 
 
 async def test_a_scrape_whose_save_is_queued_behind_a_failing_one_is_refused(tmp_path: Path):

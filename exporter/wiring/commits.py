@@ -66,7 +66,7 @@ class GroupCommit:
         try:
             durable = self.checkpointer.begin_save()
         except CheckpointError as e:
-            self._record(_done(e))
+            self._record(_done(e), seen=True)
             raise
         task = self._record(durable())
 
@@ -84,27 +84,31 @@ class GroupCommit:
         try:
             written = self.checkpointer.save()
         except CheckpointError as e:
-            self._record(_done(e))
+            self._record(_done(e), seen=True)
             raise
         self._record(_done(written))
         return written
 
-    def _record(self, outcome: Awaitable[_Outcome]) -> asyncio.Task[_Outcome]:
-        """Number the save just taken; its outcome is settled after every earlier save's."""
+    def _record(self, outcome: Awaitable[_Outcome], seen: bool = False,
+                ) -> asyncio.Task[_Outcome]:
+        """Number the save just taken; its outcome is settled after every earlier save's.
+        `seen`: the checkpointer already saw how it ended (a failure is seen as it is taken)."""
         self._taken += 1
-        task = asyncio.ensure_future(self._settle(self._taken, outcome, self._last))
+        task = asyncio.ensure_future(self._settle(self._taken, outcome, self._last, seen))
         self._last = task
         return task
 
     async def _settle(self, n: int, outcome: Awaitable[_Outcome],
-                      before: asyncio.Task[_Outcome] | None) -> _Outcome:
+                      before: asyncio.Task[_Outcome] | None, seen: bool) -> _Outcome:
         try:
             result = await outcome
         except CheckpointError as e:
             result = e
         # The saves after this one taken up to now were taken before the failure was seen (the
         # checkpointer saw it in the await just ended): none of them holds this save's changes.
-        lost_through = self._taken if isinstance(result, CheckpointError) else 0
+        lost_through = 0
+        if isinstance(result, CheckpointError):
+            lost_through = n if seen else self._taken
         if before is not None and not before.done():
             await asyncio.wait((before,))
         self._settled = n
