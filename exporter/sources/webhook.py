@@ -16,9 +16,9 @@ no secret can be read (the platform retries later; the delivery is not lost). Wi
 checkpoint (`durability`), a delivery the exporter keeps is answered 2xx only once a checkpoint
 that covers it is durable, since the platform never redelivers what it got a 2xx for; 503 when
 that checkpoint failed (the platform redelivers). Without one nothing is durable: the 2xx goes
-as soon as the event is applied, and a crash loses what was applied since the start. Every result is
-counted without a workload label: a refused delivery's headers cannot be trusted. Logs carry the
-delivery id, workload, seq and type, never the event's unit or data.
+as soon as the event is applied, and a restart loses it. Every result is counted without a
+workload label: a refused delivery's headers cannot be trusted. Logs carry the delivery id,
+workload, seq and type, never the event's unit or data.
 """
 
 from __future__ import annotations
