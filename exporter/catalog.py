@@ -379,7 +379,9 @@ METRICS: tuple[Metric, ...] = (
         "already applied under another workload: a captured delivery replayed), "
         "missing_signature, "
         "bad_signature, stale_timestamp, future_timestamp, no_secret, too_large, "
-        "unsupported_media_type, malformed_json, missing_workload. No workload label: a refused "
+        "unsupported_media_type, malformed_json, missing_workload, checkpoint_failed (applied, "
+        "but the checkpoint that would hold it failed: answered 503 so that the platform "
+        "redelivers). No workload label: a refused "
         "delivery's workload header cannot be trusted.",
         ("result",), group="webhook",
     ),

@@ -61,10 +61,12 @@ KUBE_WATCH_LIST_CHOICES = ("auto", "on", "off")
 # signed, parsed delivery did (the model's `WorkloadLog.offer` results, and the intake's
 # `ignored`): answered with a 2xx.
 DELIVERY_APPLIED = ("accepted", "duplicate", "refetched", "ping", "invalid", "ignored")
-# Why a delivery was refused (the receiver answers each with its own 4xx or 503).
+# Why a delivery was refused (the receiver answers each with its own 4xx or 503; with
+# checkpoint_failed the event was applied, but the checkpoint that would hold it failed).
 DELIVERY_REFUSALS = (
     "cross_workload", "missing_signature", "bad_signature", "stale_timestamp", "future_timestamp",
     "no_secret", "too_large", "unsupported_media_type", "malformed_json", "missing_workload",
+    "checkpoint_failed",
 )  # fmt: skip
 # Every result; series exist at 0 from the start so rates work at once.
 DELIVERY_RESULTS = DELIVERY_APPLIED + DELIVERY_REFUSALS

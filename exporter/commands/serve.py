@@ -39,6 +39,7 @@ from exporter.web.app import MetricsServer, start_site
 from exporter.web.security import WebSecurity
 from exporter.wiring import lifetime
 from exporter.wiring.checkpoint import Checkpointer, CheckpointError
+from exporter.wiring.commits import GroupCommit
 from exporter.wiring.events import Pipeline
 from exporter.wiring.expiry import ExpiryClock
 from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
@@ -59,6 +60,8 @@ class Running:
     supervisor: TailSupervisor | None = None
     kube: Any = None  # exporter.sources.kube.reflector.KubeSource
     checkpointer: Checkpointer | None = None
+    # Every save goes through it, so that a webhook delivery is answered once one covers it.
+    commits: GroupCommit | None = None
     # Workloads whose log came from the checkpoint, exposed before it was saved: never held.
     restored: frozenset[str] = frozenset()
     webhook_url: str | None = None  # --webhook-listen
@@ -109,17 +112,17 @@ class Running:
     def save(self) -> None:
         """A checkpoint of now, between scrapes (periodically and at shutdown), with the
         workloads held as of now (a scrape updates them too); failures are logged by save."""
-        if self.checkpointer is not None:
+        if self.commits is not None:
             self.pipeline.registry.hold(self.held())
             with contextlib.suppress(CheckpointError):
-                self.checkpointer.save()
+                self.commits.save()
 
     async def save_async(self) -> None:
         """`save`, its write off the event loop (the periodic checkpoint)."""
-        if self.checkpointer is not None:
+        if self.commits is not None:
             self.pipeline.registry.hold(self.held())
             with contextlib.suppress(CheckpointError):
-                await self.checkpointer.begin_save()()
+                await self.commits.begin_save()()
 
     async def stop(self) -> None:
         """Stops the loops and the sources (the last started first: the intake's gap checks
@@ -277,8 +280,9 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         )
     kube = _kube_source(config, session, pipeline, owns, backoff)
     running_box: list[Running] = []
+    commits = GroupCommit(checkpointer) if checkpointer is not None else None
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
-                           gzip_level=config.gzip_level, checkpointer=checkpointer,
+                           gzip_level=config.gzip_level, checkpointer=commits,
                            held=lambda: running_box[0].held(),
                            standard_metrics=True)
     intake = None
@@ -289,11 +293,12 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         webhook_app = webhook_app_for(config, server)
         WebhookReceiver(intake, SecretFiles(list(config.webhook_secret_file), webhook_metrics),
                         webhook_metrics, tolerance_s=config.webhook_tolerance,
-                        max_body=config.webhook_max_body).install(webhook_app)
+                        max_body=config.webhook_max_body, durability=commits,
+                        ).install(webhook_app)
     config.web_security.install(server.app)
     url = await _listen(opened, server.app, "--listen", config.listen, config.web_security)
     running = Running(url, pipeline, opened, supervisor, kube, checkpointer=checkpointer,
-                      restored=restored)
+                      commits=commits, restored=restored)
     if webhook_app is not None and webhook_app is not server.app:
         assert config.webhook_listen is not None and config.webhook_security is not None
         running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",

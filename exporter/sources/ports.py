@@ -79,6 +79,15 @@ class KubeRecorder(Protocol):
     def event(self, scope: str, type_: str, unix_time: float) -> None: ...
 
 
+class Durability(Protocol):
+    """What the webhook receiver waits for before it acknowledges a delivery: a checkpoint that
+    covers everything applied so far (wiring/commits.py)."""
+
+    async def covered(self) -> bool:
+        """True once such a checkpoint is durable; False when it failed."""
+        ...
+
+
 class WebhookRecorder(Protocol):
     """What the webhook receiver, its secrets and the intake record (`zaroz_webhook_*`); the
     results are vocabulary.DELIVERY_RESULTS."""

@@ -12,9 +12,13 @@ change, so a rotation needs no restart.
 
 Answers: 2xx for accepted deliveries and for duplicates (a redelivery of something applied must
 stop the platform redelivering), `{"error": {"code", "message"}}` with a 4xx otherwise, 503 when
-no secret can be read (the platform retries later; the delivery is not lost). Every result is
-counted without a workload label: a refused delivery's headers cannot be trusted. Logs carry the
-delivery id, workload, seq and type, never the event's unit or data.
+no secret can be read (the platform retries later; the delivery is not lost). With a
+checkpoint (`durability`), a delivery the exporter keeps is answered 2xx only once a checkpoint
+that covers it is durable, since the platform never redelivers what it got a 2xx for; 503 when
+that checkpoint failed (the platform redelivers). Without one nothing is durable: the 2xx goes
+as soon as the event is applied, and a restart loses it. Every result is counted without a
+workload label: a refused delivery's headers cannot be trusted. Logs carry the delivery id,
+workload, seq and type, never the event's unit or data.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import orjson
 from aiohttp import web
 
 from exporter.sources.intake import Intake
-from exporter.sources.ports import WebhookRecorder
+from exporter.sources.ports import Durability, WebhookRecorder
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,9 @@ _STATUS = {
     "malformed_json": (400, "body is not JSON"),
     "missing_workload": (400, "Zaroz-Workload header is missing or invalid"),
     "cross_workload": (409, "event id was already applied under another workload"),
+    "checkpoint_failed": (503, "the checkpoint that would hold this event could not be saved"),
 }
+_RETRY_AFTER = {"no_secret": "60", "checkpoint_failed": "5"}  # seconds, with each 503
 
 
 class SecretFiles:
@@ -161,8 +167,12 @@ class WebhookReceiver:
         max_body: int = MIB,
         clock: Callable[[], float] = time.time,
         log_interval: float = 10.0,
+        durability: Durability | None = None,
     ) -> None:
+        """`durability`: the checkpoint a kept delivery waits for before its 2xx (None: no
+        --state-dir, nothing to wait for)."""
         self.intake = intake
+        self.durability = durability
         self.secrets = secrets
         self.metrics = metrics
         self.tolerance_s = tolerance_s
@@ -213,6 +223,10 @@ class WebhookReceiver:
         result = self.intake.deliver(workload, obj)
         if result in _STATUS:
             return self._refuse(result, request)
+        # No await between applying and `covered`: the save it waits for is taken after this.
+        if self.durability is not None and result != "ignored" and \
+                not await self.durability.covered():
+            return self._refuse("checkpoint_failed", request)
         self.metrics.delivery(result)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("webhook delivery", extra={
@@ -245,8 +259,8 @@ class WebhookReceiver:
         resp = web.Response(
             status=status, content_type="application/json",
             body=orjson.dumps({"error": {"code": result, "message": message}}))
-        if status == 503:
-            resp.headers["Retry-After"] = "60"
+        if result in _RETRY_AFTER:
+            resp.headers["Retry-After"] = _RETRY_AFTER[result]
         return resp
 
 

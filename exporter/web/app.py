@@ -14,7 +14,7 @@ from exporter.overview.web import Overview
 from exporter.sinks.metrics.exposition import CONTENT_TYPES, Format, coalesce, negotiate
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.pbprime import prime
-from exporter.wiring.checkpoint import Checkpointer, CheckpointError, render_checkpointed_async
+from exporter.wiring.checkpoint import BeginsSaves, CheckpointError, render_checkpointed_async
 
 Readiness = Callable[[], tuple[bool, str]]
 log = logging.getLogger("exporter.web.app")
@@ -38,7 +38,7 @@ class MetricsServer:
         *,
         gzip_level: int = 1,
         links: dict[str, str] | None = None,
-        checkpointer: Checkpointer | None = None,
+        checkpointer: BeginsSaves | None = None,
         held: Callable[[], list[str]] | None = None,
         standard_metrics: bool = False,
     ) -> None:

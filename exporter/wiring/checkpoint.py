@@ -49,7 +49,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -477,8 +477,15 @@ def render_checkpointed(registry: Registry, openmetrics: bool | Format,
     return list(render(registry, openmetrics))
 
 
+class BeginsSaves(Protocol):
+    """What a scrape saves through: a `Checkpointer`, or the group commit that numbers its
+    saves for the webhook's deliveries (wiring/commits.py)."""
+
+    def begin_save(self) -> Callable[[], Awaitable[bool]]: ...
+
+
 async def render_checkpointed_async(registry: Registry, openmetrics: bool | Format,
-                                    checkpointer: Checkpointer | None) -> list[bytes]:
+                                    checkpointer: BeginsSaves | None) -> list[bytes]:
     """`render_checkpointed`, with the checkpoint written off the event loop: what changed is
     taken, then the whole exposition rendered, with no await in between (the exposition is
     exactly the checkpointed state), and only then does it wait for the write to be durable.
