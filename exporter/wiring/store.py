@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from exporter.sinks.metrics.state import state_of_rows
@@ -51,7 +52,7 @@ WAL_PAGES = 10_000
 CACHE_KIB = 16_000
 VERSION = 3  # the checkpoint format: 1 and 2 were checkpoint.json, converted once on load
 
-_TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans")
+_TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans", "unitsignals")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS workloads(name TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
@@ -65,6 +66,8 @@ CREATE TABLE IF NOT EXISTS series(
 CREATE TABLE IF NOT EXISTS traces(
     id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS unitsignals(
+    id INTEGER PRIMARY KEY, namespace TEXT, name TEXT, memory TEXT NOT NULL);
 """
 
 # (statement, the Changes field whose rows it takes), in the order written: removals first,
@@ -74,18 +77,21 @@ CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL)
 # B-tree) a row over about a quarter of a 1 KiB page spills to an overflow page of its own, so
 # they live in rowid tables (a row fits up to 989 bytes) keyed by a 63-bit hash of their key
 # (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
-_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone"})
+_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone", "unitsignals",
+                     "unitsignals_gone"})
 _WRITES = (
     ("DELETE FROM units WHERE workload = ? AND uid = ?", "units_gone"),
     ("DELETE FROM pending WHERE workload = ? AND seq = ?", "pending_gone"),
     ("DELETE FROM series WHERE id = ?", "series_gone"),
     ("DELETE FROM traces WHERE id = ?", "traces_gone"),
+    ("DELETE FROM unitsignals WHERE id = ?", "unitsignals_gone"),
     ("INSERT OR REPLACE INTO workloads VALUES (?, ?)", "workloads"),
     ("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", "units"),
     ("INSERT OR REPLACE INTO pending VALUES (?, ?, ?)", "pending"),
     ("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?)", "series"),
     ("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", "traces"),
     ("INSERT OR REPLACE INTO spans VALUES (?, ?)", "spans"),
+    ("INSERT OR REPLACE INTO unitsignals VALUES (?, ?, ?, ?)", "unitsignals"),
     ("INSERT OR REPLACE INTO meta VALUES (?, ?)", "meta"),
 )
 
@@ -109,6 +115,10 @@ class Changes:
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
     meta: list[tuple[str, str]] = field(default_factory=list)
+    # The UnitSignal model's memory (model.unitsignals `memory`): (namespace, name, record as
+    # JSON) of the objects touched, (namespace, name) of those gone.
+    unitsignals: list[tuple[str, str, str]] = field(default_factory=list)
+    unitsignals_gone: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self) -> int:
         """Rows written or removed."""
@@ -262,6 +272,11 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
                  db.execute("SELECT * FROM spans ORDER BY serial")]
         outbox = None if t.get("next") is None else {"next": t["next"], "spans": spans}
         state["traces"] = {"builders": builders, "outbox": outbox, "stats": t["stats"]}
+    if "unitsignals" in meta:  # else saved before the UnitSignal memory was kept
+        decode = msgspec.json.decode  # a status may hold integers beyond 64 bits
+        state["unitsignals"] = {**meta["unitsignals"], "objects": [
+            [ns, name, decode(raw)] for ns, name, raw in db.execute(
+                "SELECT namespace, name, memory FROM unitsignals ORDER BY namespace, name")]}
     return state
 
 
