@@ -12,12 +12,14 @@ from typing import Any
 
 import aiohttp
 
+from exporter.model.sharding import Shard
 from exporter.wiring.store import read_state
 from tests.serving import Serve, scrape
 from tests.unitsignals import iso
 from zaroz_sim.kube.emulator import KubeEmulator
 
-WL = {"units.zaroz.cloud/workload": "wl-1"}
+WL_LABEL = "units.zaroz.cloud/workload"
+WL = {WL_LABEL: "wl-1"}
 NS = "ns-a"
 N = 50
 PREFIX = "zaroz_unitsignal_"
@@ -85,9 +87,9 @@ class Exporter:
     """`serve` on one state dir, watching the emulator; `settled` is a scrape taken once the
     list after a start is applied (/readyz answers 200)."""
 
-    def __init__(self, emu_url: str, state_dir: Path) -> None:
+    def __init__(self, emu_url: str, state_dir: Path, *args: str) -> None:
         self.serve = Serve("--kube", "on", "--kube-api-url", emu_url, "--backoff-max", "0.2",
-                           "--state-dir", str(state_dir), "--checkpoint-interval", "0.5")
+                           "--state-dir", str(state_dir), "--checkpoint-interval", "0.5", *args)
 
     async def start(self, objects: int) -> tuple[Samples, float]:
         await self.serve.start()
@@ -165,4 +167,43 @@ async def test_unitsignals_measured_once_across_restarts(tmp_path: Path) -> None
                                        if f"u{i:02d}" not in deleted)
     finally:
         await exporter.stop("kill")
+        await emu.stop()
+
+
+async def test_a_shard_remembers_only_the_unitsignals_it_owns(tmp_path: Path) -> None:
+    """One exporter, then two shards on the same state dir (the StatefulSet scaled up, pod 0
+    keeps its volume): shard 0 keeps and stores the memory of its own workloads' objects only,
+    and does not measure them again."""
+    emu = KubeEmulator(seed=12, bookmark_interval_s=0.2)
+    url = await emu.start()
+    workloads = [f"wl-{i}" for i in range(8)]
+    mine = {w for w in workloads if Shard(0, 2).owns(w)}
+    assert 0 < len(mine) < len(workloads)
+    later = iso(time.time() + 3600)
+    for w in workloads:
+        for j in range(3):
+            emu.create(NS, f"{w}-{j}", _spec(f"{w}-{j}", 1), {WL_LABEL: w},
+                       _status(signalledReady=later))
+    state = tmp_path / "state"
+    one = Exporter(url, state)
+    shard0 = Exporter(url, state, "--total-shards", "2", "--shard", "0")
+    try:
+        everything, _ = await one.start(3 * len(workloads))
+        await one.stop("kill")
+        stored = read_state(state)
+        assert stored is not None and len(stored["unitsignals"]["objects"]) == 24
+        own, _ = await shard0.start(3 * len(mine))
+        for w in mine:  # measured once, before the shards changed
+            assert _total(own, "zaroz_unitsignal_ready_seconds_count", workload=w) == 3
+            assert _total(own, "zaroz_unitsignal_ready_seconds_count", workload=w) == _total(
+                everything, "zaroz_unitsignal_ready_seconds_count", workload=w)
+        assert {dict(ls)["workload"] for (n, ls) in own if n == "zaroz_unitsignal_info"} == mine
+        await shard0.stop("term")
+        stored = read_state(state)
+        assert stored is not None
+        assert sorted(name for _, name, _ in stored["unitsignals"]["objects"]) == sorted(
+            f"{w}-{j}" for w in mine for j in range(3))
+    finally:
+        await one.stop("kill")
+        await shard0.stop("kill")
         await emu.stop()
