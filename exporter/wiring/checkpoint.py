@@ -34,7 +34,8 @@ A lock (flock) on the state directory keeps a second exporter from sharing it.
 
 With traces on, the trace sink's state (open spans per unit, spans not yet exported) is stored
 incrementally too, and spans are exported only once a checkpoint covers them
-(sinks/traces/outbox.py).
+(sinks/traces/outbox.py). With UnitSignals watched, so is the UnitSignal model's memory of what
+it measured (`SignalMemory`, wiring/unitsignals.py), restored before the first list.
 """
 
 from __future__ import annotations

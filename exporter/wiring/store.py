@@ -3,7 +3,8 @@
 A checkpoint is one transaction holding only what changed since the last one (`Changes`): the
 units touched or gone, the rows of the workloads that moved (cursor, event clock, counts,
 sources, reason sets), the events that entered or left the wait behind a gap, the counter and
-histogram series that moved, the open traces touched and the spans held since. SQLite's
+histogram series that moved, the open traces touched, the spans held since, and the UnitSignals
+whose memory (what the model measured of them) changed or that went. SQLite's
 write-ahead log makes the transaction atomic and durable (`synchronous=FULL`: the log is
 fsynced at each commit), so a process killed at any moment leaves the store at its last commit,
 never between two of its writes. Reading it back is a few bulk SELECTs (`read`), in the form the
