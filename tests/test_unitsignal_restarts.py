@@ -6,6 +6,7 @@ exposition and the store."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,17 @@ class Exporter:
                 got = await scrape(self.serve.url, s) if ready else None
                 if got is not None and _total(got, "zaroz_workload_unitsignals") == objects:
                     # a scrape answers only once a checkpoint covers what it shows
+                    return _signals(got), time.time()
+                assert time.monotonic() < deadline, "the exporter did not list the objects"
+                await asyncio.sleep(0.1)
+
+    async def start_settled(self, objects: int) -> tuple[Samples, float]:
+        """A scrape of the running exporter once it shows `objects` UnitSignals."""
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as s:
+            while True:
+                got = await scrape(self.serve.url, s)
+                if got is not None and _total(got, "zaroz_workload_unitsignals") == objects:
                     return _signals(got), time.time()
                 assert time.monotonic() < deadline, "the exporter did not list the objects"
                 await asyncio.sleep(0.1)
@@ -206,4 +218,45 @@ async def test_a_shard_remembers_only_the_unitsignals_it_owns(tmp_path: Path) ->
     finally:
         await one.stop("kill")
         await shard0.stop("kill")
+        await emu.stop()
+
+
+async def test_sigkill_while_unitsignals_change_measures_each_change_once(
+        tmp_path: Path) -> None:
+    """Objects created (ready) and generations observed while the exporter runs, scraped and
+    checkpointed, and SIGKILLed at moments that fall anywhere: in the end each readiness and
+    each generation reached is measured exactly once (what the last commit covered is not
+    measured again, what came after it is measured by the next list)."""
+    rng = random.Random(3)
+    emu = KubeEmulator(seed=13, bookmark_interval_s=0.2)
+    url = await emu.start()
+    exporter = Exporter(url, tmp_path / "state")
+    later = iso(time.time() + 3600)
+    created = observed = 0
+    try:
+        await exporter.start(0)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(4):
+                for _ in range(rng.randrange(15, 30)):
+                    name = f"r{created:03d}"
+                    emu.create(NS, name, _spec(name, 2), WL,
+                               _status(observedGeneration=1, signalledReady=later))
+                    created += 1
+                    if rng.random() < 0.3:
+                        await scrape(exporter.serve.url, session)  # a checkpoint, mid-stream
+                    if created > 5 and rng.random() < 0.4:
+                        prev = f"r{rng.randrange(created - 5):03d}"
+                        if emu.get(NS, prev)["status"]["observedGeneration"] == 1:
+                            emu.patch_status(NS, prev, {"observedGeneration": 2})
+                            observed += 1
+                    await asyncio.sleep(rng.uniform(0, 0.02))
+                await asyncio.sleep(rng.uniform(0, 0.6))
+                await exporter.stop("kill")
+                await exporter.start(created)
+            final, _ = await exporter.start_settled(created)
+        assert _total(final, "zaroz_unitsignal_ready_seconds_count") == created
+        assert _total(final, "zaroz_unitsignal_generation_observe_seconds_count") == observed
+        assert _total(final, "zaroz_unitsignal_conformance_violations_total") == 0
+    finally:
+        await exporter.stop("kill")
         await emu.stop()
