@@ -5,6 +5,7 @@ watches are dropped at restore, and a checkpoint saved without the memory still 
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,9 @@ def test_restore_keeps_only_the_objects_watched():
         a.upsert(unitsignal(name, ns, workload=wl, status_=status()), T0)
     stored = {"v": 1, "objects": [[k[0], k[1], r] for k, r in _round_trip(a.memory())]}
     stored["objects"].append(["ns-a", "w", ["not", "a", "record"]])
+    bogus = copy.deepcopy(stored["objects"][0][2])
+    bogus[-1][-2] = "no-such-phase"  # the sink would fail to render it: not restored
+    stored["objects"].append(["ns-a", "v", bogus])
     b, _ = _model()
     memory = SignalMemory(b, owns=lambda w: w == "mine", namespaces=["ns-a"])
     b.track()
@@ -156,7 +160,8 @@ def test_restore_keeps_only_the_objects_watched():
     assert list(b.objects) == [("ns-a", "x")]
     memory.taken()
     rows, gone = memory.take()
-    assert rows == [] and sorted(gone) == [("ns-a", "w"), ("ns-a", "y"), ("ns-b", "z")]
+    assert rows == [] and sorted(gone) == [
+        ("ns-a", "v"), ("ns-a", "w"), ("ns-a", "y"), ("ns-b", "z")]
     assert memory.take() == ([], [])
 
 

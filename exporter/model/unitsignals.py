@@ -37,7 +37,7 @@ from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_st
 from exporter.model.signal import UnitSignal, raw_value
 from exporter.model.units import DRAIN_REASONS
 from exporter.timestamps import parse_rfc3339_ns
-from exporter.vocabulary import PHASES
+from exporter.vocabulary import ACTIVITIES, PHASES
 
 WORKLOAD_LABEL = "units.zaroz.cloud/workload"
 STATUS_FIELDS = (
@@ -108,6 +108,14 @@ _AGENT, _ACCEPTING, _ACTIVITY, _SEQ, _STATUS_VALID = map(SignalState._fields.ind
     "agent_version", "accepting", "activity", "status_seq", "status_valid"))
 _WORKLOAD, _LABELS, _DRAINING, _PHASE = map(SignalState._fields.index, (
     "workload", "labels", "draining", "phase"))
+
+
+# What each field of a restored SignalState may be (a record is read back from the store).
+_STR, _INT, _TIME = (str,), (int,), (float, int)
+_STATE_TYPES: tuple[tuple[type, ...], ...] = (
+    _STR, _STR, _STR, _STR, (list,), _INT, (float, int, type(None)), _INT, _INT, _STR, _STR,
+    _INT, _INT, _INT, _INT, _INT, _STR, _TIME)
+_DRAINING_VALUES = frozenset((*DRAIN_REASONS, "none"))
 
 
 class _Tracked:
@@ -654,8 +662,11 @@ def _tracked(rec: list[Any], shared: Callable[[Labels], Labels]) -> _Tracked:
         raise ValueError("not a UnitSignal memory record")
     (uid, mgen, gen, alloc_id, skey, observed, seq, ahead, ready_seen, pending, allocs,
      bad_acks, fields) = rec
-    if type(fields) is not list or len(fields) != len(SignalState._fields):
-        raise ValueError("not a UnitSignal state")
+    if type(fields) is not list or len(fields) != len(SignalState._fields) or not all(
+            type(v) in kinds for v, kinds in zip(fields, _STATE_TYPES, strict=True)) or (
+            fields[_PHASE] not in PHASES or fields[_ACTIVITY] not in ACTIVITIES
+            or fields[_DRAINING] not in _DRAINING_VALUES):
+        raise ValueError("not a UnitSignal state")  # the sink renders these by lookups
     labels = tuple((intern(n), intern(v)) for n, v in fields[_LABELS])
     fields[_LABELS] = shared(labels) if labels else ()
     for i in (_WORKLOAD, _AGENT, _ACTIVITY, _DRAINING, _PHASE):
