@@ -112,6 +112,14 @@ Two clocks, kept apart by name: the `zaroz_unit_*` histograms use the event log'
   else `ready` when `status.signalledReady` is, else `starting`. A phase's start is the watch
   time of the change, or on first sight the object's own timestamp for it.
 - `spec.userData` is never read into metrics, logs or traces.
+- With `--state-dir`, what was measured of each UnitSignal (the generations waiting, the status
+  last seen, readiness measured, allocations acknowledged, violations under way) is checkpointed
+  with the counters, so the list after a restart measures only what changed while the exporter
+  was down, as a relist after a watch gap does: an unchanged object adds nothing, a changed one
+  is measured once, a deleted one leaves. Times the watch would have taken (a generation
+  appearing or observed, an acknowledgement without `allocatedAt`) are then the list's. A
+  checkpoint saved before this memory was kept measures every object once more at that first
+  list (logged).
 """
 
 

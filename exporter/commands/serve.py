@@ -21,6 +21,7 @@ from exporter.commands.collector import STEP_S, Collector, tune
 from exporter.commands.config import ServeConfig
 from exporter.commands.errors import ConfigError
 from exporter.commands.startfrom import prepare_start
+from exporter.model.unitsignals import UnitSignalModel
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
@@ -42,7 +43,7 @@ from exporter.wiring.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.commits import GroupCommit
 from exporter.wiring.events import Pipeline
 from exporter.wiring.expiry import ExpiryClock
-from exporter.wiring.unitsignals import NamespaceHandler, build_cluster
+from exporter.wiring.unitsignals import NamespaceHandler, SignalMemory, build_cluster
 
 log = logging.getLogger("exporter.commands.serve")
 TRACES_SHUTDOWN_S = 1.0  # an unreachable collector never delays exit by more than ~1.5 s
@@ -190,21 +191,30 @@ async def _checkpoint_loop(running: Running, interval: float) -> None:
         await running.save_async()
 
 
-def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: Pipeline,
-                 owns: Callable[[str], bool] | None, backoff: Callable[[], Backoff]) -> Any:
-    """The UnitSignal watch, when --kube allows it and a cluster is configured."""
-    access = config.kube_access
-    if access is None:
+def _cluster_model(config: ServeConfig, pipeline: Pipeline) -> UnitSignalModel | None:
+    """The UnitSignal model, when --kube allows it and a cluster is configured: made before
+    the checkpoint is loaded, which restores its memory."""
+    if config.kube_access is None:
         if config.kube != "off":
             log.info("no Kubernetes configuration: UnitSignals are not watched",
                      extra={"reason": config.kube_skipped})
+        return None
+    model, _ = build_cluster(pipeline.registry, list(config.unitsignal_labels_allowlist),
+                             traces=pipeline.traces)
+    return model
+
+
+def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: Pipeline,
+                 owns: Callable[[str], bool] | None, backoff: Callable[[], Backoff],
+                 model: UnitSignalModel | None) -> Any:
+    """The UnitSignal watch feeding `model` (None: UnitSignals are not watched)."""
+    access = config.kube_access
+    if access is None or model is None:
         return None
     from exporter.sinks.metrics.kube import KubeMetrics, scope_label
     from exporter.sources.kube.api import KubeApi
     from exporter.sources.kube.reflector import KubeSource
 
-    model, _ = build_cluster(pipeline.registry, list(config.unitsignal_labels_allowlist),
-                             traces=pipeline.traces)
     metrics = KubeMetrics(pipeline.registry)
     source = KubeSource(
         KubeApi(session, access, typed=True),
@@ -260,10 +270,14 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         client = RouteClient(session, config.events_url, token,
                              timeout_margin=config.request_timeout_margin)
     restored: frozenset[str] = frozenset()
+    model = _cluster_model(config, pipeline)
     try:
         if config.state_dir:  # locked now: a second exporter on it ends here, in one line
+            memory = None if model is None else SignalMemory(
+                model, owns, list(config.namespace) or None)
             checkpointer = Checkpointer(config.state_dir, pipeline,
-                                        CheckpointMetrics(pipeline.registry), shard=shard)
+                                        CheckpointMetrics(pipeline.registry), shard=shard,
+                                        signals=memory)
         start_cursor = prepare_start(config.start_from, checkpointer, client)
         if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save
@@ -278,7 +292,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             start_cursor=start_cursor, limit=config.page_limit, wait=config.wait,
             poll_interval=config.poll_interval,
         )
-    kube = _kube_source(config, session, pipeline, owns, backoff)
+    kube = _kube_source(config, session, pipeline, owns, backoff, model)
     running_box: list[Running] = []
     commits = GroupCommit(checkpointer) if checkpointer is not None else None
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),

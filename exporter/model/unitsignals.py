@@ -15,12 +15,19 @@ Where a time is taken from (documented in docs/metrics.md):
   it was already there at first sight and had no `allocatedAt`), and is acknowledged when the
   watch shows `status.allocationAck` equal to its id (not measured when already acknowledged at
   first sight).
+
+What decides whether something was already measured (each object's generations waiting, status
+seen, readiness measured, allocations acknowledged, violations under way) is the model's memory:
+`memory` gives it per object as plain data, `restore` takes it back, and `touched` names the
+objects whose memory changed (an O(1) mark per change), so a checkpoint stores it in proportion
+to change. Restored, a relist after a restart is a relist like any other: an unchanged object
+measures nothing again, a changed one is measured as the watch would have measured it.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
@@ -30,7 +37,7 @@ from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_st
 from exporter.model.signal import UnitSignal, raw_value
 from exporter.model.units import DRAIN_REASONS
 from exporter.timestamps import parse_rfc3339_ns
-from exporter.vocabulary import PHASES
+from exporter.vocabulary import ACTIVITIES, PHASES
 
 WORKLOAD_LABEL = "units.zaroz.cloud/workload"
 STATUS_FIELDS = (
@@ -43,8 +50,10 @@ _NULLS = dict.fromkeys(STATUS_FIELDS)
 _measured = itemgetter(*map(STATUS_FIELDS.index, (
     "observedGeneration", "signalledReady", "allocationAck")))
 ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-ack checks
+MEMORY_VERSION = 1  # the form of `UnitSignalModel.memory`'s records
 
 Key = tuple[str, str]  # (namespace, name)
+Labels = tuple[tuple[str, str], ...]
 
 # A typed object's status, decoded from its Raw by a decoder of its own (not raw_value's):
 # tests count spec decodes through signal's decoder apart from status decodes.
@@ -97,6 +106,16 @@ class SignalObserver(Protocol):
 _new_state = tuple.__new__  # SignalState without its Python-level __new__ (hot path)
 _AGENT, _ACCEPTING, _ACTIVITY, _SEQ, _STATUS_VALID = map(SignalState._fields.index, (
     "agent_version", "accepting", "activity", "status_seq", "status_valid"))
+_WORKLOAD, _LABELS, _DRAINING, _PHASE = map(SignalState._fields.index, (
+    "workload", "labels", "draining", "phase"))
+
+
+# What each field of a restored SignalState may be (a record is read back from the store).
+_STR, _INT, _TIME = (str,), (int,), (float, int)
+_STATE_TYPES: tuple[tuple[type, ...], ...] = (
+    _STR, _STR, _STR, _STR, (list,), _INT, (float, int, type(None)), _INT, _INT, _STR, _STR,
+    _INT, _INT, _INT, _INT, _INT, _STR, _TIME)
+_DRAINING_VALUES = frozenset((*DRAIN_REASONS, "none"))
 
 
 class _Tracked:
@@ -176,6 +195,9 @@ class UnitSignalModel:
         self.phases: dict[str, dict[str, dict[Key, float]]] = {}
         self.tap: SignalTap | None = None  # None unless traces join the cluster
         self._shared_labels: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+        # With a checkpoint (`track`): the objects whose memory changed or went since it was
+        # last taken (`take_memory`). None: not tracked.
+        self.touched: set[Key] | None = None
 
     # -- the source's three calls ------------------------------------------------------------
 
@@ -254,11 +276,15 @@ class UnitSignalModel:
         elif workload == old.workload and allowed == old.labels:
             if same_status:
                 return key  # nothing this exporter reads has changed (a resync, a relist)
+            if self.touched is not None:
+                self.touched.add(key)
             prev = t.status_key
             if (self.status_fast_path and skey is not None and prev is not None
                     and status is not None and _measured(skey) == _measured(prev)):
                 self._status_only(key, t, old, status, skey, workload)
                 return key
+        if self.touched is not None:
+            self.touched.add(key)
         if not same_status:
             self._validate_status(t, status, skey, workload)
         if skey is None:
@@ -539,6 +565,8 @@ class UnitSignalModel:
 
     def _forget(self, key: Key) -> None:
         t = self.objects.pop(key)
+        if self.touched is not None:
+            self.touched.add(key)
         if t.state is not None:
             self._index(key, t.state, None)
             self.obs.state(key, t.state, None)
@@ -547,6 +575,123 @@ class UnitSignalModel:
 
     def workloads(self) -> Iterable[str]:
         return self.phases.keys()
+
+    # -- memory: what a checkpoint keeps ----------------------------------------------------
+
+    def track(self) -> None:
+        """Record changes from now on (`touched`); every object held now counts as changed."""
+        self.touched = set(self.objects)
+
+    def taken(self) -> None:
+        """The checkpoint holds every object's memory as it is now: nothing is changed."""
+        self.touched = set()
+
+    def take_memory(self) -> list[tuple[Key, list[Any] | None]]:
+        """Each object whose memory changed since the last call, with its record (`memory`),
+        or None when it is gone; from then on none counts as changed."""
+        touched, objects = self.touched, self.objects
+        if not touched:
+            return []
+        out = []
+        for key in touched:
+            t = objects.get(key)
+            out.append((key, None if t is None or t.state is None else _record(t)))
+        touched.clear()
+        return out
+
+    def memory(self) -> list[tuple[Key, list[Any]]]:
+        """Every object's record: plain data (JSON, with integers of any size), which `restore`
+        takes back. Version MEMORY_VERSION."""
+        return [(key, _record(t)) for key, t in self.objects.items() if t.state is not None]
+
+    def restore(self, records: Iterable[tuple[Key, list[Any]]]) -> list[Key]:
+        """Objects remembered by an earlier process, before the first (re)list: each is known
+        again as it was, its state handed to the observer (its per-object series return), and
+        nothing is measured. A relist then measures only what changed. Returns the keys of the
+        records that could not be read (each is measured once more if still listed)."""
+        bad = []
+        for key, rec in records:
+            try:
+                t = _tracked(rec, self._shared)
+            except (ValueError, TypeError, IndexError, KeyError):
+                bad.append(key)
+                continue
+            key = (intern(key[0]), key[1])
+            if key in self.objects:
+                self._forget(key)
+            self.objects[key] = t
+            state = t.state
+            assert state is not None
+            self._index(key, None, state)
+            self.obs.state(key, None, state)
+            if self.tap is not None:
+                self.tap.known(key, state)
+        return bad
+
+
+def _record(t: _Tracked) -> list[Any]:
+    """One object's memory as plain data (see `_tracked`). The fields the state repeats
+    (unit id, key, draining, spec and status validity) are taken back from it."""
+    state = t.state
+    assert state is not None
+    return [
+        t.uid, t.spec_mgen, t.gen, t.alloc_id,
+        None if t.status_key is None else list(t.status_key),
+        t.observed, t.seq, 1 if t.ahead else 0, 1 if t.ready_seen else 0,
+        None if not t.pending else [[g, at] for g, at in t.pending.items()],
+        None if not t.allocs else [[a, e[0], 1 if e[1] else 0] for a, e in t.allocs.items()],
+        None if not t.bad_acks else sorted(t.bad_acks),
+        [*state[:_LABELS], [list(p) for p in state.labels], *state[_LABELS + 1:]],
+    ]
+
+
+def record_workload(rec: Any) -> str | None:
+    """The workload of a `memory` record (None: not a record this version reads)."""
+    if type(rec) is list and len(rec) == 13:
+        fields = rec[-1]
+        if type(fields) is list and len(fields) == len(SignalState._fields):
+            w = fields[_WORKLOAD]
+            return w if type(w) is str else None
+    return None
+
+
+def _tracked(rec: list[Any], shared: Callable[[Labels], Labels]) -> _Tracked:
+    """The inverse of `_record`; raises ValueError (or TypeError, IndexError) on a record of
+    another form."""
+    if type(rec) is not list or len(rec) != 13:
+        raise ValueError("not a UnitSignal memory record")
+    (uid, mgen, gen, alloc_id, skey, observed, seq, ahead, ready_seen, pending, allocs,
+     bad_acks, fields) = rec
+    if type(fields) is not list or len(fields) != len(SignalState._fields) or not all(
+            type(v) in kinds for v, kinds in zip(fields, _STATE_TYPES, strict=True)) or (
+            fields[_PHASE] not in PHASES or fields[_ACTIVITY] not in ACTIVITIES
+            or fields[_DRAINING] not in _DRAINING_VALUES):
+        raise ValueError("not a UnitSignal state")  # the sink renders these by lookups
+    labels = tuple((intern(n), intern(v)) for n, v in fields[_LABELS])
+    fields[_LABELS] = shared(labels) if labels else ()
+    for i in (_WORKLOAD, _AGENT, _ACTIVITY, _DRAINING, _PHASE):
+        fields[i] = intern(fields[i])
+    state = _new_state(SignalState, fields)
+    t = _Tracked(uid)
+    t.state = state
+    t.spec_mgen, t.gen, t.alloc_id = mgen, gen, alloc_id
+    if skey is not None:
+        if len(skey) != len(STATUS_FIELDS):
+            raise ValueError("not a UnitSignal status")
+        obs, agent, ready, acc, act, since, shut, ack, sq = skey
+        skey = (obs, intern(agent) if type(agent) is str else agent, ready, acc,
+                intern(act) if type(act) is str else act, since, shut,
+                alloc_id if ack is not None and ack == alloc_id else ack, sq)
+    t.status_key = skey
+    t.observed, t.seq = observed, seq
+    t.ahead, t.ready_seen = bool(ahead), bool(ready_seen)
+    t.pending = None if pending is None else {int(g): float(at) for g, at in pending}
+    t.allocs = None if allocs is None else {
+        a: [start, bool(acked)] for a, start, acked in allocs}
+    t.bad_acks = None if bad_acks is None else set(bad_acks)
+    t.unit_id, t.ukey, t.draining = state.unit_id, state.key, state.draining
+    t.spec_valid, t.status_valid = state.spec_valid, state.status_valid
+    return t
 
 
 def workload_of(meta: dict[str, Any], namespace: str) -> str:

@@ -34,7 +34,8 @@ A lock (flock) on the state directory keeps a second exporter from sharing it.
 
 With traces on, the trace sink's state (open spans per unit, spans not yet exported) is stored
 incrementally too, and spans are exported only once a checkpoint covers them
-(sinks/traces/outbox.py).
+(sinks/traces/outbox.py). With UnitSignals watched, so is the UnitSignal model's memory of what
+it measured (`SignalMemory`, wiring/unitsignals.py), restored before the first list.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from typing import Any, Protocol
 import orjson
 
 from exporter.model.sharding import Shard
+from exporter.model.unitsignals import MEMORY_VERSION
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import AnyFamily, Registry
@@ -69,6 +71,7 @@ from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
 from exporter.wiring.events import Pipeline
 from exporter.wiring.store import DB, VERSION, Changes, Store
+from exporter.wiring.unitsignals import SignalMemory
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,10 @@ class Checkpointer:
         *,
         clock: Callable[[], float] = time.time,
         shard: Shard | None = None,
+        signals: SignalMemory | None = None,
     ) -> None:
+        """`signals`: the UnitSignal model's memory, kept with the rest (when UnitSignals are
+        watched), so a restart does not measure unchanged objects again."""
         self.dir = Path(state_dir)
         # A load restores only this shard's workloads; the others are dropped (`_drop_foreign`).
         self.shard = shard if shard is not None else Shard()
@@ -111,6 +117,9 @@ class Checkpointer:
         self._families: list[AnyFamily] | None = None
         self._synced = False
         self._traces_meta: str | None = None
+        self.signals = signals
+        self._signals_meta: str | None = None
+        self._signals_stale = False  # the loaded rows are of a form not read: rewrite whole
         self.last_rows = 0  # rows written or removed by the last save
         self._pool: ThreadPoolExecutor | None = None
         if pipeline.traces is not None:
@@ -138,6 +147,8 @@ class Checkpointer:
                                "metrics": metric_state(self.pipeline.registry)}
         if self.pipeline.traces is not None:
             out["traces"] = self.pipeline.traces.state()
+        if self.signals is not None:
+            out["unitsignals"] = self.signals.state()
         return out
 
     def _track(self, stored: set[Series | HistogramSeries] | None) -> None:
@@ -151,7 +162,9 @@ class Checkpointer:
                 wl.track(name, moved)
             if p.traces is not None:
                 p.traces.track(moved)
-            self._traces_meta = None
+            if self.signals is not None:
+                self.signals.track()
+            self._traces_meta = self._signals_meta = None
         else:
             moved.clear()
             for wl in p.logs.values():
@@ -159,6 +172,8 @@ class Checkpointer:
             if p.traces is not None:
                 for b in p.traces.builders.values():
                     b.taken()
+            if self.signals is not None:
+                self.signals.taken()
         self._synced = stored is not None
 
     def changes(self) -> Changes:
@@ -229,6 +244,12 @@ class Checkpointer:
             if meta != self._traces_meta:
                 ch.meta.append(("traces", meta))
                 self._traces_meta = meta
+        if self.signals is not None:
+            ch.unitsignals, ch.unitsignals_gone = self.signals.take()
+            meta = dumps({"v": MEMORY_VERSION})
+            if meta != self._signals_meta:
+                ch.meta.append(("unitsignals", meta))
+                self._signals_meta = meta
         return ch
 
     def save(self) -> bool:
@@ -347,12 +368,15 @@ class Checkpointer:
         if state["v"] == VERSION:
             self._track(restored)
             self._drop_foreign(state)
+            if self.signals is not None and "unitsignals" in state:
+                self._signals_meta = json_text({"v": state["unitsignals"]["v"]})
             # Rows this version does not read (a family whose labels changed, or left the
             # catalog; trace state with traces off, or none with them on) would stay in the
             # store and be refused again at every start: the first save rewrites it whole.
             registry = self.pipeline.registry
             if skipped or any(n not in registry.families for n in state["metrics"]) or (
-                    "traces" in state) != (self.pipeline.traces is not None):
+                    "traces" in state) != (self.pipeline.traces is not None) or (
+                    self.signals is None and "unitsignals" in state) or self._signals_stale:
                 self._synced = False
         else:  # converted: the store is written whole, then the old file is put aside
             self._track(None)
@@ -411,6 +435,8 @@ class Checkpointer:
         skipped = restore_metrics(self.pipeline.registry, state.get("metrics", {}), restored)
         if self.pipeline.traces is not None and state.get("traces") is not None:
             self.pipeline.traces.restore(state["traces"])
+        if self.signals is not None:
+            self._restore_signals(state.get("unitsignals"))
         return skipped
 
     def _drop_foreign(self, state: dict[str, Any]) -> None:
@@ -425,6 +451,23 @@ class Checkpointer:
                 "state_dir": str(self.dir), "workloads": len(foreign),
                 "kept": len(state["workloads"]) - len(foreign),
                 "shard": self.shard.index, "shards": self.shard.total})
+
+    def _restore_signals(self, stored: dict[str, Any] | None) -> None:
+        """The UnitSignal model's memory, before the first list; a checkpoint without it (saved
+        by an earlier version) or with another form of it lets the first list measure every
+        object once more, as any first sight does."""
+        assert self.signals is not None
+        if stored is not None and stored.get("v") == MEMORY_VERSION:
+            n = self.signals.restore(stored)
+            log.info("UnitSignal memory restored", extra={"state_dir": str(self.dir),
+                                                          "unitsignals": n})
+            return
+        log.warning("the checkpoint holds no UnitSignal memory this version reads: the first "
+                    "list measures every UnitSignal once more (readiness, violations, clock "
+                    "skew), as after a start without a checkpoint",
+                    extra={"state_dir": str(self.dir),
+                           "stored_version": None if stored is None else stored.get("v")})
+        self._signals_stale = stored is not None  # its rows go with a whole save
 
     def _put_aside(self, converted: bool) -> None:
         try:

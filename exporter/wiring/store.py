@@ -3,7 +3,8 @@
 A checkpoint is one transaction holding only what changed since the last one (`Changes`): the
 units touched or gone, the rows of the workloads that moved (cursor, event clock, counts,
 sources, reason sets), the events that entered or left the wait behind a gap, the counter and
-histogram series that moved, the open traces touched and the spans held since. SQLite's
+histogram series that moved, the open traces touched, the spans held since, and the UnitSignals
+whose memory (what the model measured of them) changed or that went. SQLite's
 write-ahead log makes the transaction atomic and durable (`synchronous=FULL`: the log is
 fsynced at each commit), so a process killed at any moment leaves the store at its last commit,
 never between two of its writes. Reading it back is a few bulk SELECTs (`read`), in the form the
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from exporter.sinks.metrics.state import state_of_rows
@@ -51,7 +53,7 @@ WAL_PAGES = 10_000
 CACHE_KIB = 16_000
 VERSION = 3  # the checkpoint format: 1 and 2 were checkpoint.json, converted once on load
 
-_TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans")
+_TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans", "unitsignals")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS workloads(name TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
@@ -65,6 +67,8 @@ CREATE TABLE IF NOT EXISTS series(
 CREATE TABLE IF NOT EXISTS traces(
     id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS unitsignals(
+    id INTEGER PRIMARY KEY, namespace TEXT, name TEXT, memory TEXT NOT NULL);
 """
 
 # (statement, the Changes field whose rows it takes), in the order written: removals first,
@@ -74,7 +78,8 @@ CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL)
 # B-tree) a row over about a quarter of a 1 KiB page spills to an overflow page of its own, so
 # they live in rowid tables (a row fits up to 989 bytes) keyed by a 63-bit hash of their key
 # (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
-_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone"})
+_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone", "unitsignals",
+                     "unitsignals_gone"})
 _WRITES = (
     ("DELETE FROM workloads WHERE name = ?", "workloads_gone"),
     ("DELETE FROM units WHERE workload = ?", "workloads_gone"),
@@ -84,12 +89,14 @@ _WRITES = (
     ("DELETE FROM pending WHERE workload = ? AND seq = ?", "pending_gone"),
     ("DELETE FROM series WHERE id = ?", "series_gone"),
     ("DELETE FROM traces WHERE id = ?", "traces_gone"),
+    ("DELETE FROM unitsignals WHERE id = ?", "unitsignals_gone"),
     ("INSERT OR REPLACE INTO workloads VALUES (?, ?)", "workloads"),
     ("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", "units"),
     ("INSERT OR REPLACE INTO pending VALUES (?, ?, ?)", "pending"),
     ("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?)", "series"),
     ("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", "traces"),
     ("INSERT OR REPLACE INTO spans VALUES (?, ?)", "spans"),
+    ("INSERT OR REPLACE INTO unitsignals VALUES (?, ?, ?, ?)", "unitsignals"),
     ("INSERT OR REPLACE INTO meta VALUES (?, ?)", "meta"),
 )
 
@@ -119,6 +126,10 @@ class Changes:
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
     meta: list[tuple[str, str]] = field(default_factory=list)
+    # The UnitSignal model's memory (model.unitsignals `memory`): (namespace, name, record as
+    # JSON) of the objects touched, (namespace, name) of those gone.
+    unitsignals: list[tuple[str, str, str]] = field(default_factory=list)
+    unitsignals_gone: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self) -> int:
         """Rows written or removed (a dropped workload counts once)."""
@@ -272,6 +283,11 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
                  db.execute("SELECT * FROM spans ORDER BY serial")]
         outbox = None if t.get("next") is None else {"next": t["next"], "spans": spans}
         state["traces"] = {"builders": builders, "outbox": outbox, "stats": t["stats"]}
+    if "unitsignals" in meta:  # else saved before the UnitSignal memory was kept
+        decode = msgspec.json.decode  # a status may hold integers beyond 64 bits
+        state["unitsignals"] = {**meta["unitsignals"], "objects": [
+            [ns, name, decode(raw)] for ns, name, raw in db.execute(
+                "SELECT namespace, name, memory FROM unitsignals ORDER BY namespace, name")]}
     return state
 
 

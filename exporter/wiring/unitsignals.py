@@ -1,17 +1,29 @@
-"""Wires the UnitSignal model to its metrics: the handler the Kubernetes reflector feeds."""
+"""Wires the UnitSignal model to its metrics (the handler the Kubernetes reflector feeds) and
+to the checkpoint (the model's memory of what it measured)."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from exporter.model.signal import UnitSignal
-from exporter.model.unitsignals import WORKLOAD_LABEL, UnitSignalModel, workload_of
+from exporter.model.unitsignals import (
+    MEMORY_VERSION,
+    WORKLOAD_LABEL,
+    UnitSignalModel,
+    record_workload,
+    workload_of,
+)
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.series import Series
 from exporter.sinks.metrics.unitsignals import UnitSignalMetrics
 from exporter.sources.kube.handler import Key, object_key
+
+log = logging.getLogger(__name__)
 
 
 def build_cluster(
@@ -114,3 +126,77 @@ class NamespaceHandler:
 
     def delete(self, obj: Any, now: float) -> None:
         self.model.delete(obj, now)
+
+
+class SignalMemory:
+    """The UnitSignal model's memory of what it measured, as the checkpoint stores it: one row
+    per object this exporter watches and owns (the handler forgets another shard's objects, so
+    the model holds none), written when the object's memory changed (`touched`), removed when
+    it goes. Restored before the first list, so that the list after a restart measures only
+    what changed meanwhile.
+
+    At restore, the records of objects this exporter no longer watches (another shard's now,
+    a namespace no longer in --namespace) are dropped, and so are their rows at the next save.
+    """
+
+    def __init__(self, model: UnitSignalModel, owns: Callable[[str], bool] | None = None,
+                 namespaces: Sequence[str] | None = None) -> None:
+        self.model = model
+        self.owns = owns
+        self.namespaces = frozenset(namespaces) if namespaces else None
+        self._gone: list[tuple[str, str]] = []  # dropped at restore: removed at the next save
+        self._encode = msgspec.json.Encoder().encode  # integers of any size, as decoded
+
+    def _watched(self, namespace: str, workload: str | None) -> bool:
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        return self.owns is None or workload is None or self.owns(workload)
+
+    def restore(self, stored: dict[str, Any]) -> int:
+        """The checkpoint's "unitsignals" entry (`Store.read`'s form) into the model; returns
+        how many objects are remembered. A record in another form is measured once more."""
+        keep: list[tuple[tuple[str, str], list[Any]]] = []
+        dropped = 0
+        for ns, name, rec in stored["objects"]:
+            if self._watched(ns, record_workload(rec)):
+                keep.append(((ns, name), rec))
+            else:
+                dropped += 1
+                self._gone.append((ns, name))
+        bad = self.model.restore(keep)
+        self._gone += bad
+        if dropped:
+            log.info("UnitSignals of the checkpoint this exporter no longer watches are "
+                     "forgotten (another shard's, or outside --namespace)",
+                     extra={"unitsignals": dropped})
+        if bad:
+            log.warning("UnitSignal memory records in a form this version cannot read: those "
+                        "objects are measured once more at the next list",
+                        extra={"unitsignals": len(bad)})
+        return len(keep) - len(bad)
+
+    def track(self) -> None:
+        """Every object counts as changed (the next save replaces the store)."""
+        self.model.track()
+
+    def taken(self) -> None:
+        """The store holds every object's memory as it is now."""
+        self.model.taken()
+
+    def take(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+        """The rows of the objects whose memory changed since the last call, and the keys of
+        those gone; O(changes)."""
+        rows: list[tuple[str, str, str]] = []
+        gone, self._gone = self._gone, []
+        encode = self._encode
+        for (ns, name), rec in self.model.take_memory():
+            if rec is None:
+                gone.append((ns, name))
+            else:
+                rows.append((ns, name, encode(rec).decode()))
+        return rows, gone
+
+    def state(self) -> dict[str, Any]:
+        """The whole memory in `Store.read`'s form (tests compare the two)."""
+        return {"v": MEMORY_VERSION, "objects": sorted(
+            [ns, name, rec] for (ns, name), rec in self.model.memory())}
