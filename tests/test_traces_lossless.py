@@ -267,3 +267,31 @@ async def test_spans_kept_in_memory_stay_bounded_over_a_steady_stream(tmp_path: 
     # What waits is what the tailer brought since the last checkpoint (it polls every ~2 s
     # here: ~6 steps of 40), never the history.
     assert max(waiting) <= len(expected) / 3, waiting
+
+
+# -- the one bound: --otlp-max-pending-spans ----------------------------------------------------
+
+
+def test_spans_beyond_the_pending_bound_are_counted_and_logged_with_the_reason(
+        tmp_path: Path, caplog: Any):
+    sink = TraceSink(_Nothing(), TraceConfig(max_pending=10))  # type: ignore[arg-type]
+    sink.checkpointed(tmp_path)
+    assert sink.outbox is not None
+    records = [SpanRecord("busy", 1, i + 1, 0, 0, 1, {}) for i in range(25)]
+    with caplog.at_level("WARNING", logger="exporter.traces"):
+        for r in records[:15]:
+            sink.emit(r)
+        assert (sink.stats.spans, sink.stats.dropped, sink.waiting()) == (15, 5, 10)
+        sink.saved()  # a checkpoint covers the 10: released, accepted, gone from memory
+        deadline = time.monotonic() + 10
+        while sink.waiting() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sink.waiting() == 0 and not sink.outbox.released
+        for r in records[15:]:
+            sink.emit(r)
+    assert (sink.stats.spans, sink.stats.dropped, sink.waiting()) == (25, 5, 10)
+    warned = [r for r in caplog.records if "too many wait" in r.getMessage()]
+    assert len(warned) == 1  # rate-limited
+    assert warned[0].__dict__["reason"] == "waiting spans at --otlp-max-pending-spans"
+    assert warned[0].__dict__["max_pending_spans"] == 10
+    sink.shutdown(timeout=5)
