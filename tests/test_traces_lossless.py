@@ -97,6 +97,14 @@ class Exporter:
             self.proc.send_signal(signal.SIGKILL)
             await self.proc.wait()
 
+    async def terminate(self) -> float:
+        """SIGTERM; the seconds it took to exit (cleanly)."""
+        assert self.proc is not None
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(self.proc.wait(), 30) == 0
+        return time.monotonic() - t
+
     async def scrape(self) -> dict[Any, float]:
         """A scrape: it also saves a checkpoint, which releases the spans it covers."""
         async with aiohttp.ClientSession() as s, s.get(self.url + "/metrics") as r:
@@ -226,6 +234,50 @@ async def test_a_receiver_refusing_then_absent_then_back_gets_every_span(tmp_pat
     assert value(last, "zaroz_traces_spans_exported_total") == len(expected)
     assert value(last, "zaroz_traces_spans_dropped_total") == 0
     assert value(last, "zaroz_traces_spans_waiting") == 0
+
+
+async def test_a_stop_while_the_receiver_is_absent_keeps_every_span_for_the_next_start(
+        tmp_path: Path):
+    expected = expected_ids(OUTAGE)
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    route_url = await route.start()
+    port = free_port()  # nothing listens there until the restart
+    exp = Exporter(route_url, tmp_path, f"http://127.0.0.1:{port}", list(OUTAGE),
+                   "--checkpoint-interval", "0.5", env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+    rx = None
+    try:
+        await exp.start()
+        Feed(route, OUTAGE).to(1.0)
+
+        async def all_ended_and_failing() -> bool:
+            s = await exp.scrape()
+            return (value(s, "zaroz_traces_spans_total") >= len(expected)
+                    and value(s, "zaroz_traces_export_failures_total") >= 1)
+
+        await wait_for(all_ended_and_failing, 60, "spans did not end, or export did not fail")
+        took = await exp.terminate()
+        assert took < 5, f"shutdown took {took:.1f} s"  # it does not wait for the collector
+        rx = OtlpReceiver(port=port).start()
+        await exp.start()
+
+        async def all_exported() -> bool:
+            return value(await exp.scrape(), "zaroz_traces_spans_exported_total") >= len(
+                expected)
+
+        await wait_for(all_exported, 60, "not every span was exported")
+        await asyncio.sleep(0.5)
+        last = await exp.scrape()
+    finally:
+        await exp.kill()
+        if rx is not None:
+            rx.stop()
+        await route.stop()
+    got, total = received(rx)
+    assert got == expected and total == len(got)
+    assert value(last, "zaroz_traces_spans_resent_total") == len(expected)  # all waited
+    assert value(last, "zaroz_traces_spans_total") == len(expected)
+    assert value(last, "zaroz_traces_spans_exported_total") == len(expected)
+    assert value(last, "zaroz_traces_spans_dropped_total") == 0
 
 
 # -- a steady stream: what waits in memory stays bounded ---------------------------------------
