@@ -11,6 +11,10 @@ the default 2048-span queue lost about half of a 17k spans/s burst), and the exp
 only reach a log. `CountingProcessor` and `CountingExporter` count both into `TraceStats`, which
 the metrics read at scrape time. With `backpressure=True` (replay) a full queue is flushed in the
 caller's thread instead of dropping, so a replay loses no span.
+
+With a state directory (`checkpointed`) neither queue is used: spans wait in the outbox, and its
+own export thread (`sender.Sender`) pulls batches from it, encoded or through SDK spans, and
+retries each until the collector accepts it (see outbox.py).
 """
 
 from __future__ import annotations
