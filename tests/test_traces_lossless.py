@@ -317,8 +317,9 @@ async def test_spans_kept_in_memory_stay_bounded_over_a_steady_stream(tmp_path: 
     assert rx.count == len(expected)
     # What waits is one interval's spans, not the history: a step's share is ~1/40 of all.
     # What waits is what the tailer brought since the last checkpoint (it polls every ~2 s
-    # here: ~6 steps of 40), never the history.
-    assert max(waiting) <= len(expected) / 3, waiting
+    # here: ~6 steps of 40, ~15%; more on a loaded machine), never the history (the code before
+    # kept every span it had released: 87% of them by the last step).
+    assert max(waiting) <= len(expected) / 2, waiting
 
 
 # -- the one bound: --otlp-max-pending-spans ----------------------------------------------------
@@ -347,3 +348,32 @@ def test_spans_beyond_the_pending_bound_are_counted_and_logged_with_the_reason(
     assert warned[0].__dict__["reason"] == "waiting spans at --otlp-max-pending-spans"
     assert warned[0].__dict__["max_pending_spans"] == 10
     sink.shutdown(timeout=5)
+
+
+def test_a_mark_that_cannot_be_written_keeps_the_batch_until_it_is(tmp_path: Path):
+    from exporter.sinks.traces.outbox import Outbox
+    from exporter.sinks.traces.sender import Sender
+
+    box = Outbox(tmp_path)
+    sent: list[int] = []
+    write = box.mark.advance
+    failures = [OSError(28, "No space left on device")] * 3
+
+    def advance(serial: int) -> None:
+        if failures:
+            raise failures.pop()
+        write(serial)
+
+    box.mark.advance = advance  # type: ignore[method-assign]
+    for i in range(5):
+        box.hold(SpanRecord("busy", 1, i + 1, 0, 0, 1, {}))
+    box.saved()
+    sender = Sender(box, lambda rs: sent.extend(r.span_id for r in rs) or True, 5,
+                    backoff_min=0.01, backoff_max=0.05)
+    deadline = time.monotonic() + 10
+    while box.released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sender.drain(5)
+    assert not failures and not box.released and box.mark.value == 5
+    assert sent == [1, 2, 3, 4, 5]  # sent once: only the mark was tried again
+    box.close()

@@ -54,7 +54,20 @@ class Sender:
                 if self._stop.wait(delay):
                     return
                 delay = min(delay * 2, self.backoff_max)
-            box.accepted(batch)
+            delay = self.backoff_min
+            while not self._accepted(batch):  # the mark cannot be written (a full disk)
+                if self._stop.wait(delay):
+                    return  # the batch is sent again at the next start (counted as re-sent)
+                delay = min(delay * 2, self.backoff_max)
+
+    def _accepted(self, batch: list[tuple[int, SpanRecord]]) -> bool:
+        try:
+            self.outbox.accepted(batch)
+        except OSError as e:
+            log.error("export mark not written; retrying (the batch stays until it is)", extra={
+                "error": f"{e.__class__.__name__}: {e}", "serial": batch[-1][0]})
+            return False
+        return True
 
     def _export(self, records: list[SpanRecord]) -> bool:
         try:
