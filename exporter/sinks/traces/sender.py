@@ -41,6 +41,18 @@ class Sender:
         self._thread.start()
 
     def _run(self) -> None:
+        """`_pull`, supervised: a bug in it is logged and the loop starts again (what waits is
+        still in the outbox), instead of leaving every later span waiting forever."""
+        while True:
+            try:
+                self._pull()
+                return
+            except Exception:
+                log.exception("span export thread failed; starting it again")
+                if self._stop.wait(self.backoff_min):
+                    return
+
+    def _pull(self) -> None:
         box = self.outbox
         while not self._stop.is_set():
             batch = box.take(self.max_batch, _IDLE_WAIT_S)
