@@ -440,23 +440,41 @@ METRICS: tuple[Metric, ...] = (
     # Traces (OTLP), exporter-wide; absent samples when traces are off.
     Metric(
         "zaroz_traces_spans_total", Kind.COUNTER,
-        "Spans ended and queued for OTLP export (unit lifecycles, event clock).",
+        "Spans ended and queued for OTLP export (unit lifecycles, event clock); each once, also "
+        "across a restart (spans sent again count in zaroz_traces_spans_resent_total).",
         (), group="traces",
     ),
     Metric(
         "zaroz_traces_spans_exported_total", Kind.COUNTER,
-        "Spans the OTLP receiver accepted.",
+        "Spans the OTLP receiver accepted. With --state-dir, each span once (by the export mark, "
+        "exact across a restart; a span the receiver accepted just before a kill and got again "
+        "after it counts once).",
         (), group="traces",
     ),
     Metric(
         "zaroz_traces_spans_dropped_total", Kind.COUNTER,
-        "Spans never sent: the export queue was full (see OTEL_BSP_MAX_QUEUE_SIZE), or they were "
-        "still queued at shutdown.",
+        "Spans never sent: with --state-dir, only spans ended while --otlp-max-pending-spans "
+        "waited for the receiver (logged); without, the export queue was full "
+        "(--otlp-max-queue-size) or they were still queued at shutdown.",
         (), group="traces",
     ),
     Metric(
         "zaroz_traces_export_failures_total", Kind.COUNTER,
-        "OTLP export requests (batches of spans) that failed after the exporter's retries.",
+        "OTLP export requests (batches of spans) that failed after the exporter's retries. With "
+        "--state-dir a failed batch is tried again until accepted: every attempt counts.",
+        (), group="traces",
+    ),
+    Metric(
+        "zaroz_traces_spans_resent_total", Kind.COUNTER,
+        "Spans sent again at a start with --state-dir: released before a stop and not known to "
+        "be accepted (same ids; a receiver may have them already).",
+        (), group="traces",
+    ),
+    Metric(
+        "zaroz_traces_spans_waiting", Kind.GAUGE,
+        "Spans ended and not yet accepted by the OTLP receiver: with --state-dir, held for the "
+        "next checkpoint or waiting for the receiver (bounded by --otlp-max-pending-spans); "
+        "without, in the export queue.",
         (), group="traces",
     ),
     Metric(

@@ -202,8 +202,11 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--otlp-endpoint", help="export each unit's lifecycle as an OTLP trace to this base "
          "URL; also on when OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set (OTEL_* variables "
          "configure protocol, headers, service name)", default=None)
-    _add(p, "--otlp-max-queue-size", help="spans buffered for export before drops are counted",
-         type=int, default=65536)
+    _add(p, "--otlp-max-queue-size", help="without --state-dir: spans buffered for export before "
+         "drops are counted", type=int, default=65536)
+    _add(p, "--otlp-max-pending-spans", help="with --state-dir: spans ended and not yet accepted "
+         "by the collector (a backlog, an outage) kept at most; beyond, new spans are counted "
+         "dropped and logged (docs/traces.md)", type=int, default=262144)
     _add(p, "--otlp-batch-size", help="spans per OTLP export request", type=int, default=4096)
     _add(p, "--metric-allowlist", help="export only the metric families matching one of these "
          "regular expressions (comma-separated, matched anywhere in the name as in "

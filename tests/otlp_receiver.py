@@ -124,14 +124,15 @@ class OtlpReceiver(_Kept):
     """`with OtlpReceiver() as rx:` ... `rx.endpoint` (base URL) ... `rx.spans`."""
 
     def __init__(self, keep: bool = True, *, require_headers: dict[str, str] | None = None,
-                 tls: tuple[str, str] | None = None) -> None:
+                 tls: tuple[str, str] | None = None, port: int = 0) -> None:
         super().__init__(keep, require_headers, tls)
         self.gzipped = 0
         self.fail_status: int | None = None  # answer every request with this status when set
+        self.delay = 0.0  # seconds each request waits before it is answered (a slow collector)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.port = port  # 0: any free port
 
     @property
     def endpoint(self) -> str:
@@ -149,6 +150,8 @@ class OtlpReceiver(_Kept):
             body = zlib.decompress(body)
         with self._lock:
             self.requests += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
         if not self._authorized({k.lower(): v for k, v in request.headers.items()}):
             return web.Response(status=401, text="required header missing")
         if self.fail_status is not None:
@@ -179,7 +182,7 @@ class OtlpReceiver(_Kept):
         if self.tls:
             ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ctx.load_cert_chain(*self.tls)
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ctx)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=ctx)
         await site.start()
         self.port = self._runner.addresses[0][1]
 

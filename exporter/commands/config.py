@@ -183,6 +183,7 @@ RANGES: tuple[tuple[str, float | None, float | None, str], ...] = (
     ("webhook_gap_grace", 0, None, "0 or more"),
     ("webhook_gap_give_up", 0.001, None, "positive"),
     ("otlp_max_queue_size", 1, None, "positive"),
+    ("otlp_max_pending_spans", 1, None, "positive"),
     ("otlp_batch_size", 1, None, "positive"),
     ("total_shards", 1, None, "1 or more"),
 )
@@ -317,6 +318,7 @@ class ServeConfig:
     start_from: str
     otlp_endpoint: str | None
     otlp_max_queue_size: int
+    otlp_max_pending_spans: int
     otlp_batch_size: int
     family_filter: FamilyFilter
     shard_config: Shard

@@ -140,7 +140,8 @@ def _trace_sink(config: ServeConfig) -> Any:
     if not (config.otlp_endpoint or otlp.traces_enabled()):
         return None
     batching = otlp.TraceConfig(max_queue_size=config.otlp_max_queue_size,
-                                max_export_batch_size=config.otlp_batch_size)
+                                max_export_batch_size=config.otlp_batch_size,
+                                max_pending=config.otlp_max_pending_spans)
     sink = otlp.TraceSink.from_env(config.otlp_endpoint or None, batching)
     log.info("exporting traces", extra={"endpoint": config.otlp_endpoint or "from OTEL_* env"})
     return sink

@@ -1,10 +1,10 @@
-"""A bounded FIFO of span records, exported in batches by one thread.
+"""A bounded FIFO of span records, exported in batches by one thread: the export path without
+a state directory (with one, the outbox is the queue and `sender.Sender` pulls from it).
 
 What the SDK's BatchSpanProcessor does (OTEL_BSP_* knobs: queue size, batch size, schedule
 delay), for span records instead of SDK spans, and with what the exporter needs on top: drops
 counted where they happen (a full queue refuses the new span), `backpressure` (replay: a full
-queue is exported in the caller's thread instead of dropping), and strict order (the outbox's
-ack mark relies on batches leaving in the order spans came in).
+queue is exported in the caller's thread instead of dropping), and strict order.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ the default 2048-span queue lost about half of a 17k spans/s burst), and the exp
 only reach a log. `CountingProcessor` and `CountingExporter` count both into `TraceStats`, which
 the metrics read at scrape time. With `backpressure=True` (replay) a full queue is flushed in the
 caller's thread instead of dropping, so a replay loses no span.
+
+With a state directory (`checkpointed`) neither queue is used: spans wait in the outbox, and its
+own export thread (`sender.Sender`) pulls batches from it, encoded or through SDK spans, and
+retries each until the collector accepts it (see outbox.py).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,8 @@ from exporter.sinks.metrics.family import Registry
 from exporter.sinks.traces.batch import Batcher
 from exporter.sinks.traces.builder import SpanRecord, TraceBuilder
 from exporter.sinks.traces.exportlog import ExportLog
-from exporter.sinks.traces.outbox import Outbox
+from exporter.sinks.traces.outbox import DEFAULT_MAX_WAITING, Outbox
+from exporter.sinks.traces.sender import Sender
 from exporter.sinks.traces.transport import encoded_capable
 from exporter.sinks.traces.wire import Encoder
 
@@ -77,7 +82,7 @@ class PresetIds(IdGenerator):
         return False
 
 
-COUNTERS = ("spans", "exported", "dropped", "export_failures")
+COUNTERS = ("spans", "exported", "dropped", "export_failures", "resent")
 
 
 class TraceStats:
@@ -85,12 +90,13 @@ class TraceStats:
     each has one writer, and the metrics only read them."""
 
     def __init__(self) -> None:
-        self.spans = 0  # ended and offered to the processor
-        self.dropped = 0  # never handed to the exporter: queue full, or left at shutdown
+        self.spans = 0  # ended (with a checkpoint: held; else offered to the queue)
+        self.dropped = 0  # never handed to the exporter: queue or outbox full, left at shutdown
         self.handed = 0  # handed to the exporter
         self.exported = 0  # accepted by the receiver
         self.export_failures = 0  # export calls (batches) that failed
         self.failed_spans = 0  # spans in those batches
+        self.resent = 0  # sent again at start: released before a kill, not known accepted
 
 
 def counted_export(stats: TraceStats, export_log: ExportLog | None, n: int,
@@ -120,13 +126,10 @@ class CountingExporter(SpanExporter):
         self.inner = inner
         self.stats = stats
         self.export_log = export_log
-        self.on_handled: Callable[[Iterable[int]], None] | None = None  # the Outbox's
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         ok = counted_export(self.stats, self.export_log, len(spans),
                             lambda: self.inner.export(spans) is SpanExportResult.SUCCESS)
-        if self.on_handled is not None:
-            self.on_handled(s.context.span_id for s in spans if s.context is not None)
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
@@ -151,11 +154,18 @@ class CountingProcessor(SpanProcessor):
         bp = getattr(inner, "_batch_processor", None)
         q = getattr(bp, "_queue", None)
         self._queue = q if q is not None and getattr(q, "maxlen", None) else None
+        # Set by the outbox's export thread: ended spans are collected here, for one export
+        # call, instead of queued (they were counted when held).
+        self.capture: list[ReadableSpan] | None = None
+        self.pulled = False  # spans are pulled from an outbox: none waits here at shutdown
 
     def on_start(self, span: object, parent_context: Context | None = None) -> None:
         pass
 
     def on_end(self, span: ReadableSpan) -> None:
+        if self.capture is not None:
+            self.capture.append(span)
+            return
         st = self.stats
         st.spans += 1
         q = self._queue
@@ -168,8 +178,9 @@ class CountingProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         self.inner.shutdown()
-        st = self.stats
-        st.dropped = max(st.dropped, st.spans - st.handed)
+        if not self.pulled:
+            st = self.stats
+            st.dropped = max(st.dropped, st.spans - st.handed)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self.inner.force_flush(timeout_millis)
@@ -265,6 +276,7 @@ class TraceConfig:
     max_export_batch_size: int = 0
     schedule_delay_millis: int = 0
     backpressure: bool = False  # flush in the caller instead of dropping (replay)
+    max_pending: int = 0  # with a checkpoint: spans waiting for the collector, at most
 
     def resolved(self) -> TraceConfig:
         q = self.max_queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE)
@@ -273,7 +285,8 @@ class TraceConfig:
         )
         d = self.schedule_delay_millis or _env_int("OTEL_BSP_SCHEDULE_DELAY",
                                                    DEFAULT_SCHEDULE_DELAY_MS)
-        return TraceConfig(q, min(b, q), d, self.backpressure)
+        return TraceConfig(q, min(b, q), d, self.backpressure,
+                           self.max_pending or DEFAULT_MAX_WAITING)
 
 
 def default_resource() -> Resource:
@@ -319,7 +332,8 @@ class TraceSink:
         self.builders: dict[str, TraceBuilder] = {}
         self.exporter = exporter
         self.outbox: Outbox | None = None  # with a checkpoint: spans wait for it (see outbox)
-        self._on_handled: Callable[[Iterable[int]], None] | None = None
+        self.sender: Sender | None = None  # with a checkpoint: the export thread
+        self._acked0 = 0  # the outbox's mark when this process started
         self._closed = False
         self._base = dict.fromkeys(COUNTERS, 0)  # restored from the checkpoint
         self._frozen: dict[str, int] | None = None  # the stats of the last state()
@@ -357,8 +371,22 @@ class TraceSink:
         n = len(batch)
         counted_export(self.stats, self.export_log, n, lambda: self._encoded_to.export_encoded(
             self.encoder.request(batch), n))
-        if self._on_handled is not None:
-            self._on_handled([r.span_id for r in batch])
+
+    def _export_batch(self, batch: list[SpanRecord]) -> bool:
+        """One batch from the outbox (its export thread): True when the collector accepted it."""
+        n = len(batch)
+        if self.encoded:
+            return counted_export(self.stats, self.export_log, n,
+                                  lambda: self._encoded_to.export_encoded(
+                                      self.encoder.request(batch), n))
+        spans = self.processor.capture = []
+        try:
+            for r in batch:
+                self._send_sdk(r)
+        finally:
+            self.processor.capture = None
+        return counted_export(self.stats, self.export_log, n,
+                              lambda: self.exporter.export(spans) is SpanExportResult.SUCCESS)
 
     @classmethod
     def from_env(
@@ -393,12 +421,17 @@ class TraceSink:
     # -- checkpoint hooks (wiring/checkpoint.py): see outbox.py for why and how --------------------
 
     def checkpointed(self, state_dir: str | Path) -> None:
-        """Spans are from now on held until a checkpoint in `state_dir` covers them."""
+        """Spans are from now on held until a checkpoint in `state_dir` covers them, then
+        pulled from the outbox by its own export thread (the queue is not used)."""
         if self.outbox is None:
-            self.outbox = Outbox(state_dir, self.send)
-            self._on_handled = self.outbox.handled
-            if not self.encoded:
-                self._counting.on_handled = self.outbox.handled
+            self.outbox = Outbox(state_dir, self.config.max_pending)
+            self._acked0 = self.outbox.mark.value
+            if self.encoded:
+                self.batcher.shutdown()
+            else:
+                self.processor.pulled = True
+            self.sender = Sender(self.outbox, self._export_batch,
+                                 self.config.max_export_batch_size)
 
     def state(self) -> dict[str, Any]:
         """Plain JSON-able data: every builder's open spans, the spans not yet handled, and the
@@ -411,10 +444,23 @@ class TraceSink:
                 "stats": stats}
 
     def freeze(self) -> dict[str, int]:
-        """The counters as exposed until the next call (see `state`), for a checkpoint."""
+        """The counters as exposed until the next call (see `state`), for a checkpoint.
+
+        With an outbox, `exported` is read off the mark (every serial at or below it was
+        accepted once), and the checkpoint keeps the mark it was read at (`acked`): spans
+        accepted after this save and before a kill are then added back at the next start
+        (`restore`), so the counter is exact across a restart, however the mark and the
+        checkpoint were interleaved."""
         st = self.stats
-        self._frozen = {k: getattr(st, k) for k in COUNTERS}
-        return {k: self._base[k] + v for k, v in self._frozen.items()}
+        frozen = {k: getattr(st, k) for k in COUNTERS}
+        out: dict[str, int] = {}
+        if self.outbox is not None:
+            acked = self.outbox.mark.value
+            frozen["exported"] = acked - self._acked0
+            out["acked"] = acked
+        self._frozen = frozen
+        out.update({k: self._base[k] + v for k, v in frozen.items()})
+        return out
 
     def saved(self, through: int | None = None) -> None:
         """The checkpoint with `state()` (the spans held up to serial `through`) is on disk."""
@@ -426,15 +472,23 @@ class TraceSink:
             self.builder(w).restore(st)
         stats = data.get("stats") or {}
         self._base = {k: int(stats.get(k, 0)) for k in COUNTERS}
-        if self.outbox is not None and data.get("outbox") is not None:
-            self.outbox.restore(data["outbox"])
+        box = self.outbox
+        if box is not None and "acked" in stats:  # accepted after that save, before the stop
+            self._base["exported"] += max(0, self._acked0 - int(stats["acked"]))
+        if box is not None and data.get("outbox") is not None:
+            before = box.resent
+            box.restore(data["outbox"])
+            self.stats.resent += box.resent - before
 
     # -- spans -----------------------------------------------------------------------------------
 
     def emit(self, r: SpanRecord) -> None:
         """A finished span: held for the next checkpoint when there is one, else sent."""
         if self.outbox is not None:
-            self.outbox.hold(r)
+            st = self.stats
+            st.spans += 1
+            if not self.outbox.hold(r):
+                st.dropped += 1
         else:
             self.send(r)
 
@@ -470,15 +524,31 @@ class TraceSink:
                              ("zaroz_traces_spans_dropped_total", "dropped"),
                              ("zaroz_traces_export_failures_total", "export_failures")):
             registry.counter(name).callback((), functools.partial(self.count, field_))
+        registry.counter("zaroz_traces_spans_resent_total").callback(
+            (), functools.partial(self.count, "resent"))
         registry.gauge("zaroz_traces_units_tracked").callback((), self.units_tracked)
+        registry.gauge("zaroz_traces_spans_waiting").callback((), self.waiting)
 
     def count(self, field_: str) -> int:
         """A counter as exposed: continued from the checkpoint; with one, as of its last save."""
         frozen = self._frozen
-        return self._base[field_] + (frozen[field_] if frozen is not None
-                                     else getattr(self.stats, field_))
+        if frozen is not None:
+            return self._base[field_] + frozen[field_]
+        if field_ == "exported" and self.outbox is not None:
+            return self._base[field_] + self.outbox.mark.value - self._acked0
+        live: int = getattr(self.stats, field_)
+        return self._base[field_] + live
+
+    def waiting(self) -> int:
+        """Spans ended and not yet accepted by the collector: with a checkpoint, those held or
+        released (in memory and in the checkpoint); else those in the export queue."""
+        if self.outbox is not None:
+            return self.outbox.waiting()
+        return len(self.batcher.queue) if self.encoded else 0
 
     def flush(self, timeout_millis: int = 30_000) -> bool:
+        if self.outbox is not None:
+            return self.outbox.waiting() == 0
         if self.encoded:
             return self.batcher.flush()
         return self.processor.force_flush(timeout_millis)
@@ -499,13 +569,20 @@ class TraceSink:
             worker = threading.Thread(target=self._stop, name="otlp-shutdown", daemon=True)
             worker.start()
             worker.join(timeout)
-            if worker.is_alive():  # interrupt the exporter's retry wait; the rest is dropped
+            if worker.is_alive():  # interrupt the exporter's retry wait
                 done = False
+                if self.sender is not None:
+                    self.sender.stop()
                 self.exporter.shutdown()
-                st = self.stats
-                st.dropped = max(st.dropped, st.spans - st.exported)
-                log.warning("OTLP trace export gave up at shutdown",
-                            extra={"timeout_s": timeout, "spans_dropped": st.dropped})
+                if self.outbox is not None:  # nothing is lost: the checkpoint holds them
+                    log.warning("OTLP trace export stopped at shutdown; the spans waiting are "
+                                "in the checkpoint and sent at the next start", extra={
+                                    "timeout_s": timeout, "spans_waiting": self.outbox.waiting()})
+                else:  # the rest is dropped
+                    st = self.stats
+                    st.dropped = max(st.dropped, st.spans - st.exported)
+                    log.warning("OTLP trace export gave up at shutdown",
+                                extra={"timeout_s": timeout, "spans_dropped": st.dropped})
         if done and self.export_log is not None:
             self.export_log.remove()  # else the worker may still log its last retry
         if done and self.outbox is not None:  # else the export thread may still write the mark
@@ -513,6 +590,8 @@ class TraceSink:
         return done
 
     def _stop(self) -> None:
+        if self.sender is not None:
+            self.sender.drain(None)
         if self.encoded:
             self.batcher.shutdown()
             self.exporter.shutdown()

@@ -27,7 +27,6 @@ _D = Struct("<d").pack  # double
 _KIND_INTERNAL = b"\x30\x01"  # field 6, varint 1
 _FLAGS = b"\x85\x01" + Struct("<I").pack(0x100)  # field 16 fixed32: HAS_IS_REMOTE, not remote
 _STATUS_UNSET = b"\x7a\x00"  # field 15, an empty Status
-_MAX_CACHE = 200_000  # encoded key/value pairs kept; cleared when full (unit ids keep coming)
 
 
 def _ld(tag: bytes, payload: bytes) -> bytes:
@@ -61,7 +60,11 @@ def attributes(tag: bytes, attrs: Mapping[str, Any]) -> bytes:
 
 class Encoder:
     """Encodes batches of SpanRecords under one resource and instrumentation scope. One
-    instance per export thread (its cache is not locked)."""
+    instance per export thread (its cache is not locked).
+
+    The cache of encoded key/value pairs lives for one request: the pairs that repeat do so
+    within a batch (the workload, outcomes, a unit's id on each of its spans), and a cache kept
+    across requests grows with history (every unit id ever seen), not with what is in flight."""
 
     def __init__(self, resource: Mapping[str, Any], scope: str, version: str) -> None:
         self.resource = _ld(b"\x0a", attributes(b"\x0a", resource))  # ResourceSpans.resource
@@ -78,8 +81,6 @@ class Encoder:
             ck = (k, v, type(v))  # True and 1 are equal keys, not equal encodings
             b = cache.get(ck)
             if b is None:
-                if len(cache) >= _MAX_CACHE:
-                    cache.clear()
                 b = cache[ck] = _ld(tag, key_value(k, v))
             out.append(b)
         return b"".join(out)
@@ -108,5 +109,8 @@ class Encoder:
     def request(self, records: Iterable[SpanRecord]) -> bytes:
         """One ExportTraceServiceRequest holding `records`."""
         span = self.span
-        scope_spans = _ld(b"\x12", self.scope + b"".join([span(r) for r in records]))
+        try:
+            scope_spans = _ld(b"\x12", self.scope + b"".join([span(r) for r in records]))
+        finally:
+            self._kv.clear()
         return _ld(b"\x0a", self.resource + scope_spans)
