@@ -424,7 +424,15 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_checkpoint_last_save_timestamp_seconds", Kind.GAUGE,
-        "Unix time of the last checkpoint written.",
+        "Unix time of the last checkpoint that wrote rows (a save with nothing changed does not "
+        "move it: see zaroz_checkpoint_last_success_timestamp_seconds); 0 before the first.",
+        (), unit="seconds", group="webhook",
+    ),
+    Metric(
+        "zaroz_checkpoint_last_success_timestamp_seconds", Kind.GAUGE,
+        "Unix time of the last save that succeeded, written or unchanged: the state dir held "
+        "everything applied until then. 0 before this process's first. A scrape shows the one "
+        "before its own save (it is sent once that save is durable).",
         (), unit="seconds", group="webhook",
     ),
     Metric(
@@ -504,6 +512,12 @@ METRICS: tuple[Metric, ...] = (
         "zaroz_exporter_shards", Kind.GAUGE,
         "The configured number of shards (--total-shards).",
         (), group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_task_restarts_total", Kind.COUNTER,
+        "Background loops of serve (task: checkpoint, expire, collector) that died on an "
+        "exception and were started again after a backoff; each is logged with its exception.",
+        ("task",), group="exporter",
     ),
     Metric(
         "zaroz_exporter_build_info", Kind.INFO,

@@ -10,7 +10,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from exporter.commands.collector import STEP_S, Collector, tune
 from exporter.commands.config import ServeConfig
 from exporter.commands.errors import ConfigError
 from exporter.commands.startfrom import prepare_start
+from exporter.commands.supervise import supervised
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
@@ -99,15 +100,23 @@ class Running:
         workloads held as of now (a scrape updates them too); failures are logged by save."""
         if self.checkpointer is not None:
             self.pipeline.registry.hold(self.held())
-            with contextlib.suppress(CheckpointError):
+            try:
                 self.checkpointer.save()
+            except CheckpointError:
+                pass  # counted and logged by the checkpointer
+            except Exception as e:  # counted and logged as a failed save, never raised
+                self.checkpointer.failed(e)
 
     async def save_async(self) -> None:
         """`save`, its write off the event loop (the periodic checkpoint)."""
         if self.checkpointer is not None:
             self.pipeline.registry.hold(self.held())
-            with contextlib.suppress(CheckpointError):
+            try:
                 await self.checkpointer.begin_save()()
+            except CheckpointError:
+                pass  # counted and logged by the checkpointer
+            except Exception as e:  # counted and logged as a failed save, never raised
+                self.checkpointer.failed(e)
 
     async def stop(self) -> None:
         """Stops the loops and the sources (the last started first: the intake's gap checks
@@ -289,12 +298,15 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             running.sources.append(source)
             opened.push_async_callback(source.stop)  # also when its start fails half-way
             await source.start()
-    loops = {"expire": _expire_loop(running, config.unit_expiry_interval),
-             "collector": _collector_loop(running, STEP_S)}
+    loops: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
+        "expire": functools.partial(_expire_loop, running, config.unit_expiry_interval),
+        "collector": functools.partial(_collector_loop, running, STEP_S)}
     if checkpointer is not None and config.checkpoint_interval > 0:
-        loops["checkpoint"] = _checkpoint_loop(running, config.checkpoint_interval)
-    for name, loop in loops.items():
-        opened.push_async_callback(cancel, asyncio.create_task(loop, name=name))
+        loops["checkpoint"] = functools.partial(_checkpoint_loop, running,
+                                                config.checkpoint_interval)
+    for name, loop in loops.items():  # each restarted, counted and logged if it dies
+        task = supervised(name, loop, pipeline.registry, Backoff(1.0, 60.0))
+        opened.push_async_callback(cancel, asyncio.create_task(task, name=name))
     return running
 
 
