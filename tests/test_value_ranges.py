@@ -12,6 +12,7 @@ UnitSignal status and spec hold generations, `status.seq` and times with the sam
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from exporter.model.ranges import INT_MAX, SEQ_MAX, clock_ns
 from exporter.model.workload import RANGE
 from exporter.sinks.metrics.exposition import Format, render
+from exporter.sources.kube.typed import decode_list
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
@@ -257,20 +259,30 @@ def _us_samples(p: Pipeline) -> dict:
     return _samples(p)
 
 
+def _typed(obj: dict) -> object:
+    """The object as the watch decodes it (metadata typed, spec and status kept as bytes)."""
+    got = decode_list(json.dumps({"metadata": {"resourceVersion": "1"},
+                                  "items": [obj]}).encode())
+    assert got is not None
+    return got[0][0]
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["dict", "typed"])
 @pytest.mark.parametrize(("field", "v", "fits"), US_EDGES,
                          ids=[f"{f}={str(v)[:24]}" for f, v, _ in US_EDGES])
 def test_a_unitsignal_status_value_out_of_range_is_a_counted_rejection(tmp_path, field, v,
-                                                                      fits):
+                                                                      fits, typed):
     p = Pipeline()
     cp = Checkpointer(tmp_path, p)
     model, _ = build_cluster(p.registry)
     over = {field: v}
     if field != "signalledReady":
         over["signalledReady"] = "2026-01-01T00:00:00Z"
-    model.upsert(unitsignal(created=T0, status_=status(**over)), T0 + 1)
+    first = unitsignal(created=T0, status_=status(**over))
+    model.upsert(_typed(first) if typed else first, T0 + 1)
     again = unitsignal(created=T0, status_=status(**over))
     again["metadata"]["resourceVersion"] = "2"
-    model.upsert(again, T0 + 2)  # the same status again: counted once
+    model.upsert(_typed(again) if typed else again, T0 + 2)  # the same status: counted once
     s = _us_samples(p)
     assert value(s, "zaroz_unitsignal_conformance_violations_total", workload="wl-1",
                  rule="out_of_range") == (0 if fits else 1)
