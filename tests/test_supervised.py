@@ -10,15 +10,19 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.commands.supervise import supervised
 from exporter.sinks.metrics.family import Registry
 from exporter.sources.backoff import Backoff
+from exporter.sources.tasks import supervised
 from exporter.wiring.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
 from tests.simlogs import parse, value
 from tests.waiting import until
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
+
+
+def _died(registry: Registry, task: str):
+    return registry.counter("zaroz_exporter_task_restarts_total").labels(task).inc
 
 
 def _restarts(registry: Registry, task: str) -> float:
@@ -38,7 +42,8 @@ async def test_a_loop_that_dies_is_logged_counted_and_restarted(caplog):
         await asyncio.Event().wait()  # the third run lives
 
     caplog.set_level(logging.ERROR)
-    task = asyncio.create_task(supervised("expire", loop, registry, Backoff(0.001, 0.002)))
+    task = asyncio.create_task(supervised("expire", loop, _died(registry, "expire"),
+                                          Backoff(0.001, 0.002)))
     try:
         assert _restarts(registry, "expire") == 0  # at 0 from the start
         await asyncio.wait_for(beat.wait(), 5)
@@ -61,7 +66,8 @@ async def test_a_loop_that_returns_is_restarted_too():
     async def loop() -> None:
         runs.append(1)
 
-    task = asyncio.create_task(supervised("collector", loop, registry, Backoff(0.001, 0.002)))
+    task = asyncio.create_task(supervised("collector", loop, _died(registry, "collector"),
+                                          Backoff(0.001, 0.002)))
     await until(lambda: len(runs) >= 3, 5.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

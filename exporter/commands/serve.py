@@ -21,7 +21,6 @@ from exporter.commands.collector import STEP_S, Collector, tune
 from exporter.commands.config import ServeConfig
 from exporter.commands.errors import ConfigError
 from exporter.commands.startfrom import prepare_start
-from exporter.commands.supervise import supervised
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.route import RouteMetrics
@@ -32,7 +31,7 @@ from exporter.sources.intake import Intake
 from exporter.sources.ports import Source
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
-from exporter.sources.tasks import cancel
+from exporter.sources.tasks import cancel, supervised
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 from exporter.web.app import MetricsServer, start_site
@@ -305,7 +304,8 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         loops["checkpoint"] = functools.partial(_checkpoint_loop, running,
                                                 config.checkpoint_interval)
     for name, loop in loops.items():  # each restarted, counted and logged if it dies
-        task = supervised(name, loop, pipeline.registry, Backoff(1.0, 60.0))
+        died = pipeline.registry.counter("zaroz_exporter_task_restarts_total").labels(name).inc
+        task = supervised(name, loop, died, Backoff(1.0, 60.0))
         opened.push_async_callback(cancel, asyncio.create_task(task, name=name))
     return running
 
