@@ -423,4 +423,36 @@ def alerts(config: Config) -> list[Alert]:
             next_step="bring the missing StatefulSet pod back; replicas must equal "
             "--total-shards.",
         ),
+        Alert(
+            f"{PREFIX}CheckpointStale",
+            f"time() - max by ({cl}, instance) (last_over_time("
+            f"zaroz_checkpoint_last_success_timestamp_seconds{{{c.job_selector}}}"
+            f"[{c.checkpoint_lookback}])) > {_num(c.checkpoint_stale_seconds)}\n"
+            f"and on ({cl}, instance)\n"
+            f"max by ({cl}, instance) (up{{{c.job_selector}}})",
+            c.checkpoint_stale_for,
+            "critical",
+            "The exporter has not saved its checkpoint.",
+            "Instance {{ $labels.instance }} last saved its state "
+            "{{ $value | humanizeDuration }} ago (threshold "
+            f"{human_duration(c.checkpoint_stale_seconds)}): its scrapes are refused while "
+            "saves fail, and a restart would begin from that save.",
+            "zaroz-exporter",
+            next_step="read the exporter's log for \"checkpoint not written\" (its error says "
+            "why: disk full, read-only volume, I/O error) and fix the state volume.",
+        ),
+        Alert(
+            f"{PREFIX}CheckpointSaveErrors",
+            f"sum by ({cl}, instance) (increase(zaroz_checkpoint_saves_total"
+            f"{{{c.job_selector},result=\"error\"}}[{c.checkpoint_errors_window}])) > 0",
+            c.checkpoint_errors_for,
+            "warning",
+            "Checkpoint saves keep failing now and then.",
+            "Instance {{ $labels.instance }}: {{ $value | humanize }} checkpoint saves failed "
+            f"in the last {c.checkpoint_errors_window}; each failure refuses a scrape or "
+            "delays durability until a save succeeds.",
+            "zaroz-exporter",
+            next_step="read the exporter's log for \"checkpoint not written\" and check the "
+            "state volume's free space and errors.",
+        ),
     ]

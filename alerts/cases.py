@@ -611,8 +611,74 @@ def cases(config: Config) -> dict[str, list[Case]]:
                 ],
                 [("20m", [])],
             ),
+            Case(
+                # Saves every minute until 10m (value: its time), then the scrapes fail (no
+                # sample) while the target stays: 900 s after the last save is 25m, so the
+                # condition holds from 26m; for 5m: silent at 30m, firing at 31m (1260 s).
+                f"{p}CheckpointStale saves stop",
+                f"{p}CheckpointStale",
+                [
+                    (sel("zaroz_checkpoint_last_success_timestamp_seconds",
+                         job="zaroz-exporter", instance="a"), "0+60x10 _x30"),
+                    (sel("up", job="zaroz-exporter", instance="a"), "1x10 0x30"),
+                    (sel("zaroz_checkpoint_last_success_timestamp_seconds",
+                         job="zaroz-exporter", instance="b"), "0+60x40"),
+                    (sel("up", job="zaroz-exporter", instance="b"), "1x40"),
+                ],
+                [
+                    ("30m", []),
+                    ("31m", [Fire({"instance": "a"}, _stale_desc("a", "21m 0s", config))]),
+                ],
+            ),
+            Case(
+                # A target removed at 10m (no `up` after the lookback) is no stale exporter.
+                f"{p}CheckpointStale silent for a removed target",
+                f"{p}CheckpointStale",
+                [
+                    (sel("zaroz_checkpoint_last_success_timestamp_seconds",
+                         job="zaroz-exporter", instance="a"), "0+60x10"),
+                    (sel("up", job="zaroz-exporter", instance="a"), "1x10"),
+                ],
+                [("40m", [])],
+            ),
+            Case(
+                # A save fails every minute from 6m: the increase is above 0 from 6m; for
+                # 15m: silent at 20m, firing at 21m (15 failures in the window).
+                f"{p}CheckpointSaveErrors keep failing",
+                f"{p}CheckpointSaveErrors",
+                [
+                    (sel("zaroz_checkpoint_saves_total", job="zaroz-exporter", instance="a",
+                         result="error"), "0x5 1+1x30"),
+                    (sel("zaroz_checkpoint_saves_total", job="zaroz-exporter", instance="b",
+                         result="error"), "0x40"),
+                ],
+                [
+                    ("20m", []),
+                    ("21m", [Fire({"instance": "a"}, _errors_desc("a", "15", config))]),
+                ],
+            ),
+            Case(
+                # One failed save at 6m: above 0 for less than 15m, never firing.
+                f"{p}CheckpointSaveErrors silent for one failure",
+                f"{p}CheckpointSaveErrors",
+                [(sel("zaroz_checkpoint_saves_total", job="zaroz-exporter", instance="a",
+                      result="error"), "0x5 1x30")],
+                [("20m", []), ("21m", []), ("30m", [])],
+            ),
         ],
     }
+
+
+def _stale_desc(instance: str, ago: str, config: Config) -> str:
+    return (f"Instance {instance} last saved its state {ago} ago (threshold "
+            f"{alerting.human_duration(config.checkpoint_stale_seconds)}): its scrapes are "
+            "refused while saves fail, and a restart would begin from that save.")
+
+
+def _errors_desc(instance: str, n: str, config: Config) -> str:
+    return (f"Instance {instance}: {n} checkpoint saves failed in the last "
+            f"{config.checkpoint_errors_window}; each failure refuses a scrape or delays "
+            "durability until a save succeeds.")
 
 
 def _cluster_cases(config: Config) -> list[Case]:

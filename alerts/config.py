@@ -140,6 +140,14 @@ class Config:
     kube_watch_event_for: str = "5m"
     absent_for: str = "5m"
     shard_missing_for: str = "5m"
+    # Checkpoints (--state-dir): no save has succeeded for this long (a save runs at every
+    # scrape and every --checkpoint-interval), looking back this far for the last one; or
+    # saves have kept failing within the window for this long.
+    checkpoint_stale_seconds: float = 900.0
+    checkpoint_stale_for: str = "5m"
+    checkpoint_lookback: str = "1d"
+    checkpoint_errors_window: str = "15m"
+    checkpoint_errors_for: str = "15m"
     # Base of every alert's runbook_url: where docs/runbooks.md is published (see above).
     # Installations that host their own copy set it (`python -m alerts --runbook-base`).
     runbook_base: str = DEFAULT_RUNBOOK_BASE

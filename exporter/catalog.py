@@ -142,7 +142,10 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_events_invalid_total", Kind.COUNTER,
-        "Events not applied: not JSON (reason json) or failing event.schema.json (reason schema).",
+        "Events not applied: not JSON (reason json), failing event.schema.json (reason schema), "
+        "or valid but holding a value the exporter cannot hold (reason range: occurred_at "
+        "outside 1970-01-01T00:00:00Z..2262-04-11T23:47:16.854775807Z, the model's integer "
+        "nanosecond clock, or a seq or units.scaled count beyond 64-bit integers).",
         ("workload", "reason"), group="events",
     ),
     Metric(
@@ -303,7 +306,8 @@ METRICS: tuple[Metric, ...] = (
         "zaroz_unitsignal_conformance_violations_total", Kind.COUNTER,
         "Contract violations by rule: spec_schema, status_schema, "
         "observed_generation_regressed, observed_generation_ahead, unknown_allocation_ack, "
-        "agent_restart (status.seq went back).",
+        "agent_restart (status.seq went back), out_of_range (a generation or status.seq beyond "
+        "64-bit integers, or a time outside 1970-2262, read as absent).",
         ("workload", "rule"), group="cluster",
     ),
     Metric(
@@ -422,7 +426,15 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_checkpoint_last_save_timestamp_seconds", Kind.GAUGE,
-        "Unix time of the last checkpoint written.",
+        "Unix time of the last checkpoint that wrote rows (a save with nothing changed does not "
+        "move it: see zaroz_checkpoint_last_success_timestamp_seconds); 0 before the first.",
+        (), unit="seconds", group="webhook",
+    ),
+    Metric(
+        "zaroz_checkpoint_last_success_timestamp_seconds", Kind.GAUGE,
+        "Unix time of the last save that succeeded, written or unchanged: the state dir held "
+        "everything applied until then. 0 before this process's first. A scrape shows the one "
+        "before its own save (it is sent once that save is durable).",
         (), unit="seconds", group="webhook",
     ),
     Metric(
@@ -528,6 +540,12 @@ METRICS: tuple[Metric, ...] = (
         "changed), left_route (gone from the route's workload list for longer than "
         "--workload-retention). One seen again starts as new.",
         ("reason",), group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_task_restarts_total", Kind.COUNTER,
+        "Background loops (task: checkpoint, expire, collector, overview) that died on an "
+        "exception and were started again after a backoff; each is logged with its exception.",
+        ("task",), group="exporter",
     ),
     Metric(
         "zaroz_exporter_build_info", Kind.INFO,

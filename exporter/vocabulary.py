@@ -12,6 +12,9 @@ DRAIN_REASONS = ("stop", "destroy", "replace", "scale_down")
 ALLOCATION_OUTCOMES = ("delivered", "undelivered", "superseded", "abandoned")
 STARTUP_OUTCOMES = ("ready", "failed", "destroyed")
 INVALID_REASONS = ("json", "schema")
+# Valid per the schema, but a value the model or the store cannot hold (model/ranges.py): its
+# series is made at the first such event, so a healthy log's exposition is unchanged.
+INVALID_RANGE = "range"
 # Where an event came from: the events route, a webhook delivery, or a file (replay).
 EVENT_SOURCES = ("route", "webhook", "file")
 SKEW_MEASUREMENTS = ("ready", "allocation_ack", "drain")
@@ -47,6 +50,7 @@ VIOLATION_RULES = (
     "observed_generation_ahead",
     "unknown_allocation_ack",
     "agent_restart",
+    "out_of_range",
 )
 
 # Kubernetes list/watch: bounded label values.

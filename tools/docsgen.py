@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from exporter import catalog
@@ -46,6 +47,12 @@ does this:
 - An event failing `event.schema.json` (formats asserted) uses up its seq, applies nothing and is
   counted in `zaroz_events_invalid_total{reason="schema"}`; a line that is not JSON counts with
   `reason="json"`.
+- An event valid per the schema holding a value the exporter cannot hold is refused the same
+  way, with `reason="range"` (the series appears at the first one), and logged once per field:
+  an `occurred_at` outside 1970-01-01T00:00:00Z to 2262-04-11T23:47:16.854775807Z (the model
+  keeps time as signed 64-bit nanoseconds since the Unix epoch, and the schema's `date-time`
+  runs to year 9999), or a `units.scaled` count beyond 64-bit integers. A `seq` beyond
+  2^63 - 2 counts too, and uses up no seq.
 - Readiness and startups are measured only for units whose `unit.created` was seen; readiness
   once per unit (a restarted incarnation does not add a sample).
 - A drain is measured from its first `unit.draining`; a repeated `unit.draining` before the drain
@@ -68,7 +75,7 @@ does this:
   `--checkpoint-interval` seconds and at shutdown. A restarted exporter continues its counters
   from the checkpoint, never from zero, and applies what came after its cursor exactly once, so
   its values equal an uninterrupted run's for every scraper (a Prometheus HA pair included).
-  Only `zaroz_checkpoint_*` (this process's own writes) start again.
+RESTART_AT_ZERO
 - A workload whose log is read from the start without a checkpoint (a new pod on an empty
   state dir) has its lifecycle and event-log series left out of `/metrics` until it has caught
   up with the route: the first sample a scraper sees is the caught-up baseline, and replaying
@@ -106,6 +113,10 @@ Two clocks, kept apart by name: the `zaroz_unit_*` histograms use the event log'
   `status.allocationAck` equal to its id. Not measured when the allocation was already there
   without `allocatedAt`, or already acknowledged, at first sight.
 - Status fields that a JSON merge patch removed (patched to null) count as null.
+- A generation, `status.observedGeneration` or `status.seq` beyond 64-bit integers, or a status
+  or allocation time outside 1970-2262 (as for events), is read as null: nothing is measured
+  from it, and it counts once per spec generation or status in
+  `zaroz_unitsignal_conformance_violations_total{rule="out_of_range"}`.
 - Conformance violations count when they happen, not on every write while they last: a spec is
   checked once per `metadata.generation`, a status whenever it changes.
 - Phases: `draining` when `spec.draining` is set, else `allocated` when `spec.allocation` is,
@@ -121,6 +132,31 @@ Two clocks, kept apart by name: the `zaroz_unit_*` histograms use the event log'
   checkpoint saved before this memory was kept measures every object once more at that first
   list (logged).
 """
+
+
+def restart_at_zero() -> str:
+    """The bullet listing the series that start again at a restart, from the catalog and the
+    list of families the checkpoint leaves out (sinks.metrics.state.NOT_RESTORED)."""
+    from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
+
+    from exporter.sinks.metrics.state import NOT_RESTORED
+
+    own = sorted(NOT_RESTORED)
+    gauges = sorted(m.name for m in catalog.METRICS
+                    if m.name.startswith("zaroz_checkpoint_") and m.kind is catalog.Kind.GAUGE)
+    reg = CollectorRegistry(auto_describe=False)
+    counters = sorted(f"{fam.name}_total"
+                      for c in (ProcessCollector(registry=reg), GCCollector(registry=reg))
+                      for fam in c.collect() if fam.type == "counter")
+    names = ", ".join
+    return textwrap.fill(
+        f"- What starts again at zero with a new process: {names(f'`{n}`' for n in own)} "
+        "(this process's own saves) and the checkpoint gauges "
+        f"{names(f'`{n}`' for n in gauges)} (0 until its first save), and the standard "
+        f"counters of the process, {names(f'`{n}`' for n in counters)} (client_python's: "
+        "CPU time and garbage collections of this process; `process_start_time_seconds` "
+        "tells the restart). Every other counter and histogram continues.", width=96,
+        subsequent_indent="  ", break_on_hyphens=False, break_long_words=False) + "\n"
 
 
 def table(metrics: tuple[catalog.Metric, ...] = catalog.METRICS) -> str:
@@ -225,7 +261,8 @@ def metrics_doc() -> str:
     return (
         "# Metric reference\n\n"
         "Generated from `exporter/catalog.py` by `python -m tools.docsgen`; do not edit.\n\n"
-        f"{INTERPRETATIONS}\n## Metrics\n\n{table()}\n{STANDARD_INTRO}{standard_table()}\n"
+        f"{INTERPRETATIONS.replace('RESTART_AT_ZERO' + chr(10), restart_at_zero())}"
+        f"\n## Metrics\n\n{table()}\n{STANDARD_INTRO}{standard_table()}\n"
         f"{family_lists()}"
     )
 

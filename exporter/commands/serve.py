@@ -10,7 +10,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ from exporter.sources.intake import Intake
 from exporter.sources.ports import Source
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
-from exporter.sources.tasks import cancel
+from exporter.sources.tasks import cancel, supervised
 from exporter.sources.token import TokenFile
 from exporter.sources.webhook import SecretFiles, WebhookReceiver
 from exporter.vocabulary import WORKLOAD_DROP_REASONS
@@ -115,15 +115,25 @@ class Running:
         workloads held as of now (a scrape updates them too); failures are logged by save."""
         if self.commits is not None:
             self.pipeline.registry.hold(self.held())
-            with contextlib.suppress(CheckpointError):
+            try:
                 self.commits.save()
+            except CheckpointError:
+                pass  # counted and logged by the checkpointer
+            except Exception as e:  # counted and logged as a failed save, never raised
+                assert self.checkpointer is not None
+                self.checkpointer.failed(e)
 
     async def save_async(self) -> None:
         """`save`, its write off the event loop (the periodic checkpoint)."""
         if self.commits is not None:
             self.pipeline.registry.hold(self.held())
-            with contextlib.suppress(CheckpointError):
+            try:
                 await self.commits.begin_save()()
+            except CheckpointError:
+                pass  # counted and logged by the checkpointer
+            except Exception as e:  # counted and logged as a failed save, never raised
+                assert self.checkpointer is not None
+                self.checkpointer.failed(e)
 
     async def stop(self) -> None:
         """Stops the loops and the sources (the last started first: the intake's gap checks
@@ -327,13 +337,17 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             running.sources.append(source)
             opened.push_async_callback(source.stop)  # also when its start fails half-way
             await source.start()
-    loops = {"expire": _expire_loop(running, config.unit_expiry_interval,
+    loops: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
+        "expire": functools.partial(_expire_loop, running, config.unit_expiry_interval,
                                     config.workload_retention),
-             "collector": _collector_loop(running, STEP_S)}
+        "collector": functools.partial(_collector_loop, running, STEP_S)}
     if checkpointer is not None and config.checkpoint_interval > 0:
-        loops["checkpoint"] = _checkpoint_loop(running, config.checkpoint_interval)
-    for name, loop in loops.items():
-        opened.push_async_callback(cancel, asyncio.create_task(loop, name=name))
+        loops["checkpoint"] = functools.partial(_checkpoint_loop, running,
+                                                config.checkpoint_interval)
+    for name, loop in loops.items():  # each restarted, counted and logged if it dies
+        died = pipeline.registry.counter("zaroz_exporter_task_restarts_total").labels(name).inc
+        task = supervised(name, loop, died, Backoff(1.0, 60.0))
+        opened.push_async_callback(cancel, asyncio.create_task(task, name=name))
     return running
 
 

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
+from exporter.model.ranges import CLOCK_MAX_NS, CLOCK_MIN_NS, INT_MAX, INT_MIN, clock_ns
 from exporter.model.signal import UnitSignal, raw_value
 from exporter.model.units import DRAIN_REASONS
 from exporter.timestamps import parse_rfc3339_ns
@@ -49,6 +50,10 @@ _NULLS = dict.fromkeys(STATUS_FIELDS)
 # The status fields that start or end a measurement (see UnitSignalModel._status_only).
 _measured = itemgetter(*map(STATUS_FIELDS.index, (
     "observedGeneration", "signalledReady", "allocationAck")))
+# The status fields holding an integer or a time, checked against model/ranges.py.
+_STATUS_INTS = itemgetter(*map(STATUS_FIELDS.index, ("observedGeneration", "seq")))
+_STATUS_TIMES = itemgetter(*map(STATUS_FIELDS.index, (
+    "signalledReady", "activitySince", "shutdownRequestedAt")))
 ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-ack checks
 MEMORY_VERSION = 1  # the form of `UnitSignalModel.memory`'s records
 
@@ -151,12 +156,9 @@ class _Tracked:
 
 
 def _ns(ts: Any) -> int | None:
-    if type(ts) is not str:
-        return None
-    try:
-        return parse_rfc3339_ns(ts)
-    except ValueError:
-        return None
+    """A time as epoch ns; None when it is no `date-time` or outside the model's clock (one
+    outside is counted once, as an out_of_range violation, where its object is validated)."""
+    return clock_ns(ts)
 
 
 def _seconds(ts: Any) -> float | None:
@@ -181,7 +183,26 @@ def _spec_written_at(managed_fields: Any) -> float | None:
 
 
 def _int(v: Any) -> int | None:
-    return v if type(v) is int else None
+    """An integer the model holds; None when it is none, or beyond 64 bits (counted once as an
+    out_of_range violation where its object is validated)."""
+    return v if type(v) is int and INT_MIN <= v <= INT_MAX else None
+
+
+def _out_of_range(ints: Iterable[Any], times: Iterable[Any]) -> bool:
+    """Whether any integer is beyond 64 bits, or any `date-time` outside the model's clock (a
+    malformed one is the schema's violation, not this)."""
+    for v in ints:
+        if type(v) is int and not INT_MIN <= v <= INT_MAX:
+            return True
+    for ts in times:
+        if type(ts) is str and not "1971" < ts < "2262":  # ranges.clock_fits: no parse
+            try:
+                ns = parse_rfc3339_ns(ts)
+            except ValueError:
+                continue
+            if not CLOCK_MIN_NS <= ns <= CLOCK_MAX_NS:
+                return True
+    return False
 
 
 class UnitSignalModel:
@@ -291,7 +312,7 @@ class UnitSignalModel:
             observed = ready_at = ack = None
         else:
             observed, _, ready_at, _, _, _, _, ack, _ = skey
-            observed = observed if type(observed) is int else None
+            observed = _int(observed)
 
         # conformance
         generation = t.gen
@@ -400,7 +421,7 @@ class UnitSignalModel:
         if skey is None:
             return "", 0, "none", None
         _, agent, _, accepting, activity, _, _, _, seq = skey
-        if type(seq) is int:
+        if _int(seq) is not None:
             if t.seq is not None and seq < t.seq:
                 self.obs.violation(workload, "agent_restart")
             t.seq = seq
@@ -417,14 +438,20 @@ class UnitSignalModel:
             self.obs.violation(workload, "spec_schema")
         t.spec_valid, t.spec_mgen = valid, mgen
         given, spec = spec, spec if type(spec) is dict else {}
+        alloc = spec.get("allocation")
+        if type(alloc) is not dict:
+            alloc = {}
+        if _out_of_range((spec.get("generation"), alloc.get("generation")),
+                         (alloc.get("allocatedAt"),)):
+            # Read as absent: nothing measured from it, never an error later (model/ranges.py).
+            self.obs.violation(workload, "out_of_range")
         t.gen = _int(spec.get("generation"))
         t.unit_id = _str(spec.get("unitId"))
         ukey = _str(spec.get("key"))
         t.ukey = key[1] if ukey == key[1] else ukey  # nearly always the name: share it
         draining = spec.get("draining")
         t.draining = draining if type(draining) is str and draining in DRAIN_REASONS else "none"
-        alloc = spec.get("allocation")
-        alloc_id = alloc.get("id") if type(alloc) is dict else None
+        alloc_id = alloc.get("id")
         alloc_id = t.alloc_id = alloc_id if type(alloc_id) is str and alloc_id else None
         allocs = t.allocs
         if alloc_id is not None and (allocs is None or alloc_id not in allocs):
@@ -453,6 +480,9 @@ class UnitSignalModel:
         valid = 1 if is_valid_unit_signal_status(status) else 0
         if not valid:
             self.obs.violation(workload, "status_schema")
+        if skey is not None and _out_of_range(_STATUS_INTS(skey), _STATUS_TIMES(skey)):
+            # Read as absent (null): nothing measured from it (model/ranges.py).
+            self.obs.violation(workload, "out_of_range")
         if skey is not None:
             # Kept until the next status, for each of 100k objects: the agent's version and its
             # activity are a few words, and an acknowledged allocation is the spec's own id, so

@@ -12,22 +12,53 @@ from typing import Any
 
 from exporter.contract import is_valid_event
 from exporter.model.observations import Observer
+from exporter.model.ranges import INT_MAX, SEQ_MAX, clock_fits
 from exporter.model.seqranges import SeqRanges
 from exporter.model.units import HANDLERS, Unit
 from exporter.timestamps import parse_rfc3339_ns
-from exporter.vocabulary import EVENT_TYPES, UNKNOWN
+from exporter.vocabulary import EVENT_TYPES, INVALID_RANGE, UNKNOWN
 
 KNOWN_TYPES = frozenset(EVENT_TYPES)
 PING = "webhook.ping"
 # Marks a seq used up by an event that failed the schema (it is no gap, and it applies nothing).
 _INVALID = object()
+# Marks a seq used up by an event valid per the schema holding a value the model or the store
+# cannot hold (model/ranges.py): counted invalid with reason "range". Kept as RANGE in snapshots.
+_RANGE = object()
+RANGE = INVALID_RANGE
 _GONE = object()
 SNAPSHOT_VERSION = 1
 
 
 def _seq_of(obj: Any) -> int | None:
     s = obj.get("seq") if type(obj) is dict else None
-    return s if type(s) is int and s >= 1 else None
+    return s if type(s) is int and 1 <= s <= SEQ_MAX else None
+
+
+def unfit(ev: dict[str, Any]) -> tuple[str, Any] | None:
+    """The first field of a schema-valid event whose value the model or the store cannot hold
+    (model/ranges.py), with its value; None when every value fits. `seq` is checked apart."""
+    at = ev["occurred_at"]
+    if not clock_fits(at):
+        return "occurred_at", at
+    if ev["type"] == "units.scaled":
+        to = ev["data"]["to"]
+        if type(to) is int and to > INT_MAX:
+            return "data.to", to
+    return None
+
+
+def _pending_of(ev: Any) -> Any:
+    """A stored pending event as the log holds it: None and RANGE are the two markers."""
+    if ev is None:
+        return _INVALID
+    if ev == RANGE:
+        return _RANGE
+    return _RANGE if type(ev) is dict and is_valid_event(ev) and unfit(ev) else ev
+
+
+def _stored(ev: Any) -> Any:
+    return None if ev is _INVALID else RANGE if ev is _RANGE else ev
 
 
 class WorkloadLog:
@@ -58,6 +89,9 @@ class WorkloadLog:
         self.sources: dict[str, SeqRanges] = {}
         # Optional consumer of every applied unit event, in seq order (the trace builder).
         self.tap: Callable[[str, str, str, dict[str, Any], str | None], None] | None = None
+        # Optional: told (seq, field, value) of each event refused for a value out of range,
+        # when it arrives (the wiring logs it; the count is the observer's, when applied).
+        self.rejected: Callable[[int, str, Any], None] | None = None
         # What changed since the state layer last took it (`track`), as pure data, so a
         # checkpoint writes only that: the ids of units changed or dropped, the seqs that
         # entered or left `pending`, and this log's name in the pipeline-wide `moved` set
@@ -109,6 +143,16 @@ class WorkloadLog:
             seq = obj["seq"]
             if type(seq) is not int:  # JSON Schema's integer admits 1.0
                 seq = int(seq)
+            if seq > SEQ_MAX:  # no seq the log can use up: counted, as one without a seq
+                if self.rejected is not None:
+                    self.rejected(seq, "seq", seq)
+                self.obs.invalid(RANGE)
+                return "invalid"
+            bad = unfit(obj)
+            if bad is not None:
+                if self.rejected is not None:
+                    self.rejected(seq, *bad)
+                obj = _RANGE
         else:
             seq = _seq_of(obj)
             if seq is None or (type(obj) is dict and obj.get("type") == PING):
@@ -137,7 +181,7 @@ class WorkloadLog:
                 self.pending_moved.add(seq)
             if len(self.pending) > self.max_pending:
                 self.give_up(min(self.pending) - 1)
-        return "invalid" if obj is _INVALID else "accepted"
+        return "invalid" if obj is _INVALID or obj is _RANGE else "accepted"
 
     def offer_many(self, objs: Iterable[Any], not_json: object, source: str = "file",
                    slow: Callable[[Any, str], object] | None = None) -> None:
@@ -169,11 +213,13 @@ class WorkloadLog:
                 seq = obj["seq"]
                 t = obj["type"]
                 unit = obj["unit"]
+                at = obj["occurred_at"]
                 if (seq == nxt and lasts and lasts[-1] + 1 == seq and not pending
-                        and type(seq) is int and type(unit) is dict and t != PING):
+                        and type(seq) is int and type(unit) is dict and t != PING
+                        and seq <= SEQ_MAX and "1971" < at < "2262"):  # ranges.clock_fits
                     lasts[-1] = seq  # SeqRanges.add's usual case
                     try:  # _apply(seq, obj) of a unit event, inline: keep the two alike
-                        self.last_at = at = obj["occurred_at"]
+                        self.last_at = at
                         applied(t if t in known else UNKNOWN, seq)
                         uid = unit["id"]
                         if touched is not None:
@@ -208,6 +254,7 @@ class WorkloadLog:
 
     def give_up(self, through: int) -> None:
         """Seqs up to `through` that have not arrived are lost: count them and apply what waits."""
+        through = min(through, SEQ_MAX)  # no seq beyond can be held (a route's bad head)
         self._mark()
         while self.next <= through:
             if self.next in self.pending:
@@ -253,8 +300,7 @@ class WorkloadLog:
         """
         return {
             **self.head(),
-            "pending": [[seq, None if ev is _INVALID else ev] for seq, ev in
-                        sorted(self.pending.items())],
+            "pending": [[seq, _stored(ev)] for seq, ev in sorted(self.pending.items())],
             "units": {uid: u.snapshot() for uid, u in self.units.items()},
         }
 
@@ -286,14 +332,14 @@ class WorkloadLog:
 
     def take_pending(self) -> list[tuple[int, bool, Any]]:
         """Each seq that entered or left `pending` since the last call, as (seq, whether it
-        waits now, its event: None for an invalid one)."""
+        waits now, its event: None for an invalid one, RANGE for one out of range)."""
         moved, pending = self.pending_moved, self.pending
         if not moved:
             return []
         out = []
         for seq in sorted(moved):
             ev = pending.get(seq, _GONE)
-            out.append((seq, ev is not _GONE, None if ev is _INVALID or ev is _GONE else ev))
+            out.append((seq, ev is not _GONE, None if ev is _GONE else _stored(ev)))
         moved.clear()
         return out
 
@@ -302,8 +348,8 @@ class WorkloadLog:
         if state.get("v") != SNAPSHOT_VERSION:
             raise ValueError(f"unsupported workload snapshot version {state.get('v')!r}")
         self.next = int(state["next"])
-        self.pending = {int(seq): (_INVALID if ev is None else ev)
-                        for seq, ev in state["pending"]}
+        # Checked again: a checkpoint written before the range checks may hold such events.
+        self.pending = {int(seq): _pending_of(ev) for seq, ev in state["pending"]}
         self.units = {uid: Unit.restore(u) for uid, u in state["units"].items()}
         self.last_at = state["last_at"]
         self.expired = int(state["expired"])
@@ -329,6 +375,7 @@ class WorkloadLog:
     def skip_to(self, cursor: int) -> None:
         """Start a fresh log after `cursor` (--start-from head): what waits at or before it is
         dropped, like everything else before it."""
+        cursor = min(cursor, SEQ_MAX)
         self.next = cursor + 1
         if self.pending_moved is not None:
             self.pending_moved.update(s for s in self.pending if s <= cursor)
@@ -350,6 +397,9 @@ class WorkloadLog:
         # (tests/test_workload_offer_many.py compares them on every kind of log line).
         if ev is _INVALID:
             self.obs.invalid("schema")
+            return
+        if ev is _RANGE:
+            self.obs.invalid(RANGE)
             return
         try:
             t = ev["type"]

@@ -111,7 +111,7 @@ def _health(registry: Registry, readiness: Readiness, now: float,
     ok, detail = readiness()
     caught = _gauge(registry, "zaroz_route_caught_up")
     synced = _gauge(registry, "zaroz_kube_synced")
-    saves = _gauge(registry, "zaroz_checkpoint_last_save_timestamp_seconds")
+    saves = _gauge(registry, "zaroz_checkpoint_last_success_timestamp_seconds")  # written or not
     saved_at = max((v for v in saves.values() if v > 0), default=None)
     return {
         "version": __version__, "ready": ok, "readiness": detail,

@@ -18,6 +18,8 @@ from exporter.overview import page
 from exporter.overview.history import History
 from exporter.overview.live import Live
 from exporter.sinks.metrics.family import Registry
+from exporter.sources.backoff import Backoff
+from exporter.sources.tasks import supervised
 
 Readiness = Callable[[], tuple[bool, str]]
 SNAPSHOT_EVERY_S = 10.0
@@ -109,7 +111,9 @@ class Overview:
                 await asyncio.sleep(self.history.step)
                 self.history.tick(self.clock())
 
-        task = asyncio.create_task(loop(), name="overview-snapshots")
+        died = self.registry.counter("zaroz_exporter_task_restarts_total").labels("overview").inc
+        task = asyncio.create_task(supervised("overview", loop, died, Backoff(1.0, 60.0)),
+                                   name="overview-snapshots")
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

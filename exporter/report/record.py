@@ -188,7 +188,8 @@ class ReportMetrics(WorkloadMetrics):
         """Found when read, or (an invalid event that held its seq) when applied, which may be
         after it waited behind a gap: then located where it was read."""
         super().invalid(reason)
-        what = "not JSON" if reason == "json" else "fails the schema"
+        what = {"json": "not JSON", "range": "a value out of range"}.get(
+            reason, "fails the schema")
         where = self._waited()
         if where is None:
             self._anomaly("invalid", what)

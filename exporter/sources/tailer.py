@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from exporter.model.ranges import SEQ_MAX
 from exporter.model.workload import WorkloadLog
 from exporter.sources.backoff import Backoff
 from exporter.sources.complaints import Complaints
@@ -51,11 +52,12 @@ WORDING = Wording(
 
 
 def _page_seqs(events: Iterable[Any]) -> list[int]:
-    """Integer seqs on a page, as the model reads them (bools and seq < 1 are no seq)."""
+    """Integer seqs on a page, as the model reads them (bools, seq < 1 and seqs beyond what
+    the model holds, model/ranges.py, are no seq: the model counts them invalid)."""
     out = []
     for ev in events:
         s = ev.get("seq") if type(ev) is dict else None
-        if type(s) is int and s >= 1:
+        if type(s) is int and 1 <= s <= SEQ_MAX:
             out.append(s)
     return out
 

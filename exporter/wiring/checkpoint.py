@@ -289,7 +289,7 @@ class Checkpointer:
         try:
             self._lock()
             ch = self.changes()
-        except (OSError, TypeError, ValueError) as e:
+        except Exception as e:  # whatever it is, a failed save: never a dead task or scrape
             raise self._failed(e) from e
         self._synced = True  # a failed write undoes it (_failed), before any later save
         if not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through:
@@ -311,6 +311,11 @@ class Checkpointer:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
         return self._pool
 
+    def failed(self, e: BaseException) -> CheckpointError:
+        """A save that raised something other than CheckpointError: counted and logged as a
+        failure like any other (the next save then replaces the store)."""
+        return self._failed(e)
+
     def _failed(self, e: BaseException) -> CheckpointError:
         self._synced = False  # what was taken is not stored: write everything next time
         self.metrics.saved("error")
@@ -321,7 +326,7 @@ class Checkpointer:
     def _done(self, ch: Changes | None, start: float) -> bool:
         if ch is None:
             self.last_rows = 0
-            self.metrics.saved("unchanged")
+            self.metrics.saved("unchanged", self.clock())
             return False
         self.last_rows = ch.rows()
         self.metrics.saved("written", self.clock(), time.perf_counter() - start, ch.size())
@@ -516,7 +521,12 @@ def render_checkpointed(registry: Registry, openmetrics: bool | Format,
     during: the exposition is then exactly the checkpointed state. Raises CheckpointError (the
     scrape must then fail: exposing unsaved counts would count them twice after a crash)."""
     if checkpointer is not None:
-        checkpointer.save()
+        try:
+            checkpointer.save()
+        except CheckpointError:
+            raise
+        except Exception as e:
+            raise checkpointer.failed(e) from e
     return list(render(registry, openmetrics))
 
 
@@ -535,7 +545,17 @@ async def render_checkpointed_async(registry: Registry, openmetrics: bool | Form
     The caller sends nothing before this returns; raises CheckpointError as the other does."""
     if checkpointer is None:
         return list(render(registry, openmetrics))
-    durable = checkpointer.begin_save()
+    try:
+        durable = checkpointer.begin_save()
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise checkpointer.failed(e) from e
     chunks = list(render(registry, openmetrics))
-    await durable()
+    try:
+        await durable()
+    except CheckpointError:
+        raise
+    except Exception as e:
+        raise checkpointer.failed(e) from e
     return chunks

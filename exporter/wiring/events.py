@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import platform
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exporter import __version__
 from exporter.model.observations import Observer
@@ -14,6 +15,8 @@ from exporter.sinks.metrics.workload import WorkloadMetrics
 
 if TYPE_CHECKING:  # the OpenTelemetry SDK is imported only when traces are on
     from exporter.sinks.traces.otlp import TraceSink
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_IDLE_SECONDS = 24 * 3600
 # The families a workload's event log feeds (its own, its tailer's, its webhook deliveries'):
@@ -43,6 +46,9 @@ class Pipeline:
         # Optional: every WorkloadLog's tap feeds its workload's TraceBuilder. Without it the tap
         # stays None, and the model's hot path pays one `is None` per event.
         self.traces = traces
+        # The fields whose out-of-range values were logged: once per field per process (each
+        # one is counted in zaroz_events_invalid_total{reason="range"}).
+        self.out_of_range_logged: set[str] = set()
         if traces is not None:
             traces.idle_ns = self.idle_ns  # traces end when the model forgets the unit
             traces.register(self.registry)
@@ -64,10 +70,25 @@ class Pipeline:
                 bind(lambda: log.last_at)
             if self.traces is not None:
                 log.tap = self.traces.builder(name)
+            log.rejected = lambda seq, field, value: self._out_of_range(name, seq, field, value)
             if self.moved is not None:
                 log.track(name, self.moved)
             self._pull(name, log)
         return log
+
+    def _out_of_range(self, workload: str, seq: int, field: str, value: Any) -> None:
+        """An event refused for a value the exporter cannot hold: logged the first time for
+        each field (the counter has every one; the value is the contract's, no user data)."""
+        if field in self.out_of_range_logged:
+            return
+        self.out_of_range_logged.add(field)
+        if type(value) is int and value.bit_length() > 128:
+            shown = f"an integer of {value.bit_length()} bits"
+        else:
+            shown = str(value)[:64]
+        _log.warning("event refused: a value the exporter cannot hold (counted in "
+                     "zaroz_events_invalid_total{reason=\"range\"}; logged once per field)",
+                     extra={"workload": workload, "seq": seq, "field": field, "value": shown})
 
     def track(self) -> set[str]:
         """Record from now on what changes, for incremental checkpoints (everything held now

@@ -284,6 +284,32 @@ local classic(c) = [
           "runbook_url": "" + c.runbookBase + "#zarozexportershardmissing",
         },
       },
+      {
+        "alert": "ZarozCheckpointStale",
+        "expr": "time() - max by (" + c.clusterLabel + ", instance) (last_over_time(zaroz_checkpoint_last_success_timestamp_seconds{" + c.exporterSelector + "}[" + c.checkpointLookback + "])) > " + z.num(c.checkpointStaleSeconds) + "\nand on (" + c.clusterLabel + ", instance)\nmax by (" + c.clusterLabel + ", instance) (up{" + c.exporterSelector + "})",
+        [if !std.member(['', '0m', '0s'], c.checkpointStaleFor) then "for"]: "" + c.checkpointStaleFor,
+        "labels": {
+          "severity": "critical",
+        },
+        "annotations": {
+          "summary": "The exporter has not saved its checkpoint.",
+          "description": "Instance {{ $labels.instance }} last saved its state {{ $value | humanizeDuration }} ago (threshold " + z.duration(c.checkpointStaleSeconds) + "): its scrapes are refused while saves fail, and a restart would begin from that save. Next: read the exporter's log for \"checkpoint not written\" (its error says why: disk full, read-only volume, I/O error) and fix the state volume.",
+          "runbook_url": "" + c.runbookBase + "#zarozcheckpointstale",
+        },
+      },
+      {
+        "alert": "ZarozCheckpointSaveErrors",
+        "expr": "sum by (" + c.clusterLabel + ", instance) (increase(zaroz_checkpoint_saves_total{" + c.exporterSelector + ",result=\"error\"}[" + c.checkpointErrorsWindow + "])) > 0",
+        [if !std.member(['', '0m', '0s'], c.checkpointErrorsFor) then "for"]: "" + c.checkpointErrorsFor,
+        "labels": {
+          "severity": "warning",
+        },
+        "annotations": {
+          "summary": "Checkpoint saves keep failing now and then.",
+          "description": "Instance {{ $labels.instance }}: {{ $value | humanize }} checkpoint saves failed in the last " + c.checkpointErrorsWindow + "; each failure refuses a scrape or delays durability until a save succeeds. Next: read the exporter's log for \"checkpoint not written\" and check the state volume's free space and errors.",
+          "runbook_url": "" + c.runbookBase + "#zarozcheckpointsaveerrors",
+        },
+      },
     ],
   },
 ];
@@ -568,6 +594,32 @@ local native(c) = [
           "summary": "A shard of the zaroz exporter is missing.",
           "description": "Only {{ $value }} distinct shards report: the workloads of the missing ones are not exported. Next: bring the missing StatefulSet pod back; replicas must equal --total-shards.",
           "runbook_url": "" + c.runbookBase + "#zarozexportershardmissing",
+        },
+      },
+      {
+        "alert": "ZarozCheckpointStale",
+        "expr": "time() - max by (" + c.clusterLabel + ", instance) (last_over_time(zaroz_checkpoint_last_success_timestamp_seconds{" + c.exporterSelector + "}[" + c.checkpointLookback + "])) > " + z.num(c.checkpointStaleSeconds) + "\nand on (" + c.clusterLabel + ", instance)\nmax by (" + c.clusterLabel + ", instance) (up{" + c.exporterSelector + "})",
+        [if !std.member(['', '0m', '0s'], c.checkpointStaleFor) then "for"]: "" + c.checkpointStaleFor,
+        "labels": {
+          "severity": "critical",
+        },
+        "annotations": {
+          "summary": "The exporter has not saved its checkpoint.",
+          "description": "Instance {{ $labels.instance }} last saved its state {{ $value | humanizeDuration }} ago (threshold " + z.duration(c.checkpointStaleSeconds) + "): its scrapes are refused while saves fail, and a restart would begin from that save. Next: read the exporter's log for \"checkpoint not written\" (its error says why: disk full, read-only volume, I/O error) and fix the state volume.",
+          "runbook_url": "" + c.runbookBase + "#zarozcheckpointstale",
+        },
+      },
+      {
+        "alert": "ZarozCheckpointSaveErrors",
+        "expr": "sum by (" + c.clusterLabel + ", instance) (increase(zaroz_checkpoint_saves_total{" + c.exporterSelector + ",result=\"error\"}[" + c.checkpointErrorsWindow + "])) > 0",
+        [if !std.member(['', '0m', '0s'], c.checkpointErrorsFor) then "for"]: "" + c.checkpointErrorsFor,
+        "labels": {
+          "severity": "warning",
+        },
+        "annotations": {
+          "summary": "Checkpoint saves keep failing now and then.",
+          "description": "Instance {{ $labels.instance }}: {{ $value | humanize }} checkpoint saves failed in the last " + c.checkpointErrorsWindow + "; each failure refuses a scrape or delays durability until a save succeeds. Next: read the exporter's log for \"checkpoint not written\" and check the state volume's free space and errors.",
+          "runbook_url": "" + c.runbookBase + "#zarozcheckpointsaveerrors",
         },
       },
     ],

@@ -233,7 +233,7 @@ class HistogramSeries:
     def observe(self, seconds: float) -> None:
         self.observe_ns(round(seconds * 1e9))
 
-    def restore(self, counts: list[int], sum_ns: int, count: int) -> None:
+    def restore(self, counts: list[int], sum_ns: int | str, count: int) -> None:
         """Continue from checkpointed values (sinks.metrics.state)."""
         if len(counts) != len(self.counts) or sum(counts) != count:
             raise ValueError(f"{self.family.metric.name}: histogram state does not fit")

@@ -14,6 +14,7 @@ O(1)), and `take_changes` turns it into rows to write and rows to delete.
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeGuard
 
 import orjson
@@ -32,8 +33,22 @@ Row = tuple[str, str, float | None, str | None]
 
 def json_text(value: object) -> str:
     """JSON as text: orjson's bytes keep a 4 KiB buffer each, however short (100k rows held
-    for one save were 140 MiB)."""
-    return orjson.dumps(value).decode()
+    for one save were 140 MiB). An integer beyond 64 bits (orjson refuses it; one can only be
+    in an event's free-form data) takes the standard library's encoder instead of failing
+    every save from then on."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_I64 = range(-(2**63), 2**63)
+
+
+def _sum(sum_ns: int) -> int | str:
+    """A histogram's exact sum, as a decimal string once it outgrows 64 bits (durations of up to
+    292 years each add up): `HistogramSeries.restore` takes either."""
+    return sum_ns if sum_ns in _I64 else str(sum_ns)
 
 
 def _kept(fam: object) -> TypeGuard[AnyFamily]:
@@ -45,7 +60,7 @@ def _kept(fam: object) -> TypeGuard[AnyFamily]:
 
 def _value(s: Series | HistogramSeries) -> list[Any]:
     if isinstance(s, HistogramSeries):
-        return [list(s.counts), s.sum_ns, s.count, s.native_state()]
+        return [list(s.counts), _sum(s.sum_ns), s.count, s.native_state()]
     return [s.value]
 
 
@@ -86,7 +101,8 @@ def track(registry: Registry, stored: set[Series | HistogramSeries] | None = Non
 def row(name: str, s: Series | HistogramSeries) -> Row:
     key = json_text(list(s.values))
     if isinstance(s, HistogramSeries):
-        return name, key, None, json_text([s.counts, s.sum_ns, s.count, s.native_state()])
+        return name, key, None, json_text([s.counts, _sum(s.sum_ns), s.count,
+                                           s.native_state()])
     return name, key, s.value, None
 
 
