@@ -243,6 +243,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         if config.state_dir:  # locked now: a second exporter on it ends here, in one line
             checkpointer = Checkpointer(config.state_dir, pipeline,
                                         CheckpointMetrics(pipeline.registry))
+            checkpointer.lock()  # whichever --start-from: not only at a load or first save
         start_cursor = prepare_start(config.start_from, checkpointer, client)
         if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save

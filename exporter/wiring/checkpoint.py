@@ -76,6 +76,9 @@ CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
 _WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
+# What an operator does about a checkpoint that cannot be restored (docs/operations.md).
+FIX = ("restore a backup (`zaroz-exporter state backup`) into an empty --state-dir, or move "
+       "the directory away and start with --start-from head or earliest (counters restart)")
 
 
 class CheckpointError(Exception):
@@ -111,7 +114,7 @@ class Checkpointer:
         self._pool: ThreadPoolExecutor | None = None
         if pipeline.traces is not None:
             try:
-                self._lock()  # the trace sink keeps a file beside the checkpoint
+                self.lock()  # the trace sink keeps a file beside the checkpoint
                 pipeline.traces.checkpointed(self.dir)
             except OSError as e:
                 raise CheckpointError(f"cannot keep trace state in {self.dir}: {e}") from e
@@ -257,7 +260,7 @@ class Checkpointer:
     def _prepare(self) -> Changes | None:
         """The changes to write (None: nothing changed); from then on they count as stored."""
         try:
-            self._lock()
+            self.lock()
             ch = self.changes()
         except (OSError, TypeError, ValueError) as e:
             raise self._failed(e) from e
@@ -303,7 +306,7 @@ class Checkpointer:
         """Restore every workload of the checkpoint into the pipeline (before the tailers and the
         webhook receiver start); returns how many. No checkpoint: 0. A checkpoint that cannot be
         read raises CheckpointError: starting over silently would count everything again."""
-        self._lock()
+        self.lock()
         collecting = gc.isenabled()
         gc.disable()  # a restore makes objects by the million, none of them garbage
         try:
@@ -323,8 +326,7 @@ class Checkpointer:
             skipped = self._restore(state, restored)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(
-                f"checkpoint {source} is unreadable ({e}); move it away and choose "
-                "--start-from head or earliest") from e
+                f"checkpoint {source} is unreadable ({e}); {FIX}") from e
         if state["v"] == 1:
             log.warning("checkpoint of version 1: counters restart at zero once",
                         extra={"state_dir": str(self.dir)})
@@ -356,12 +358,18 @@ class Checkpointer:
     def _read(self) -> tuple[dict[str, Any] | None, Path]:
         state = None
         if self.store.exists():
+            # The engine's check first (pages, keys in order): a damaged store may still
+            # decode, into wrong values, and fail later at a save.
+            problems = self.store.verify(decode=False)
+            if problems:
+                more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+                raise CheckpointError(f"checkpoint {self.store.path} is damaged "
+                                      f"({problems[0]}{more}); {FIX}")
             try:
                 state = self.store.read()
             except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
                 raise CheckpointError(
-                    f"checkpoint {self.store.path} is unreadable ({e}); move it away and "
-                    "choose --start-from head or earliest") from e
+                    f"checkpoint {self.store.path} is unreadable ({e}); {FIX}") from e
         if state is not None:
             if self.path.exists():  # converted before a kill that came before the rename
                 self._put_aside(converted=False)
@@ -379,8 +387,7 @@ class Checkpointer:
                 raise ValueError(f"unsupported checkpoint version {got!r}")
         except ValueError as e:  # orjson.JSONDecodeError is one
             raise CheckpointError(
-                f"checkpoint {self.path} is unreadable ({e}); move it away and choose "
-                "--start-from head or earliest") from e
+                f"checkpoint {self.path} is unreadable ({e}); {FIX}") from e
         return state, self.path
 
     def _restore(self, state: dict[str, Any], restored: set[Series | HistogramSeries],
@@ -418,7 +425,10 @@ class Checkpointer:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _lock(self) -> None:
+    def lock(self) -> None:
+        """Take the state directory's lock (once; every save and load takes it too): raises
+        CheckpointError when another exporter holds it. A start takes it before anything else,
+        whichever --start-from, so a second exporter on the directory ends at once."""
         if self._lock_fd is not None:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
