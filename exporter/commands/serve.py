@@ -105,6 +105,7 @@ class Running:
     async def save_async(self) -> None:
         """`save`, its write off the event loop (the periodic checkpoint)."""
         if self.checkpointer is not None:
+            await self.checkpointer.take_ahead()
             self.pipeline.registry.hold(self.held())
             with contextlib.suppress(CheckpointError):
                 await self.checkpointer.begin_save()()

@@ -58,6 +58,7 @@ from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import AnyFamily, Registry
 from exporter.sinks.metrics.series import HistogramSeries, Series
 from exporter.sinks.metrics.state import (
+    changes_left,
     json_text,
     metric_state,
     restore_metrics,
@@ -76,6 +77,9 @@ CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
 _WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
+# Rows a whole save takes per turn of the event loop (take_ahead): about 3 µs each (0.3 s for
+# 103,000 rows in one go), so a slice holds the loop for some 5-20 ms.
+SLICE_ROWS = 2000
 # What an operator does about a checkpoint that cannot be restored (docs/operations.md).
 FIX = ("restore a backup (`zaroz-exporter state backup`) into an empty --state-dir, or move "
        "the directory away and start with --start-from head or earliest (counters restart)")
@@ -109,6 +113,7 @@ class Checkpointer:
         # the store holds everything but those changes (else the next save replaces it).
         self._families: list[AnyFamily] | None = None
         self._synced = False
+        self._whole: _Whole | None = None  # a whole save being taken ahead (take_ahead)
         self._traces_meta: str | None = None
         self.last_rows = 0  # rows written or removed by the last save
         self._pool: ThreadPoolExecutor | None = None
@@ -162,11 +167,13 @@ class Checkpointer:
 
     def changes(self) -> Changes:
         """The rows of everything changed since the last save; from then on it counts as
-        saved (the caller writes them, or fails the scrape)."""
+        saved (the caller writes them, or fails the scrape). A whole save (`full`) includes
+        what `take_ahead` took of it already."""
         p = self.pipeline
         full = not self._synced
-        if full:
-            self._track(None)
+        if full and self._whole is None:
+            self._begin_whole()
+        whole = self._whole
         assert self._families is not None and p.moved is not None
         ch = Changes(full=full)
         held = p.registry.held.names
@@ -174,42 +181,14 @@ class Checkpointer:
         if held != self._held:
             moved |= held ^ self._held
             self._held = held
-        traces = p.traces
-        dumps = json_text
+        if whole is not None:  # rows taken ahead while a workload was held, or not
+            moved |= {w for w, h in whole.held.items() if h is not (w in held)}
         for w in moved:
-            row: dict[str, Any] = {}
-            wl = p.logs.get(w)
-            if wl is not None:
-                row = wl.head()
-                if w in held:
-                    row["held"] = True
-                labels = getattr(wl.obs, "label_state", None)
-                if labels is not None:
-                    row["labels"] = labels()
-                for uid, u in wl.take_units():
-                    if u is None:
-                        ch.units_gone.append((w, uid))
-                    else:
-                        ch.units.append((w, uid, *u))
-                for seq, waits, ev in wl.take_pending():
-                    if waits:
-                        ch.pending.append((w, seq, None if ev is None else dumps(ev)))
-                    else:
-                        ch.pending_gone.append((w, seq))
-            b = traces.builders.get(w) if traces is not None else None
-            if b is not None:
-                row["trace_expired"] = b.expired
-                if b.touched:
-                    for uid in b.touched:
-                        t = b.units.get(uid)
-                        if t is None:
-                            ch.traces_gone.append((w, uid))
-                        else:
-                            ch.traces.append((w, uid, dumps(unit_state(t))))
-                    b.touched.clear()
-            ch.workloads.append((w, dumps(row)))
+            self._take_workload(w, ch, held)
         moved.clear()
         ch.series, ch.series_gone = take_changes(self._families)
+        traces = p.traces
+        dumps = json_text
         if traces is not None:
             box = traces.outbox
             meta = dumps({"next": None if box is None else box.next_serial,
@@ -223,7 +202,93 @@ class Checkpointer:
             if meta != self._traces_meta:
                 ch.meta.append(("traces", meta))
                 self._traces_meta = meta
+        if whole is not None:
+            self._whole = None
+            return whole.merged(ch)
         return ch
+
+    def _take_workload(self, w: str, ch: Changes, held: frozenset[str]) -> None:
+        """A workload's row and every row of it changed since the last take, into `ch`."""
+        p, dumps = self.pipeline, json_text
+        row: dict[str, Any] = {}
+        wl = p.logs.get(w)
+        if wl is not None:
+            row = wl.head()
+            if w in held:
+                row["held"] = True
+            labels = getattr(wl.obs, "label_state", None)
+            if labels is not None:
+                row["labels"] = labels()
+            _unit_rows(w, wl.take_units(), ch)
+            for seq, waits, ev in wl.take_pending():
+                if waits:
+                    ch.pending.append((w, seq, None if ev is None else dumps(ev)))
+                else:
+                    ch.pending_gone.append((w, seq))
+        b = p.traces.builders.get(w) if p.traces is not None else None
+        if b is not None:
+            row["trace_expired"] = b.expired
+            if b.touched:
+                for uid in b.touched:
+                    t = b.units.get(uid)
+                    if t is None:
+                        ch.traces_gone.append((w, uid))
+                    else:
+                        ch.traces.append((w, uid, dumps(unit_state(t))))
+                b.touched.clear()
+        ch.workloads.append((w, dumps(row)))
+
+    # -- a whole save, taken ahead in slices ----------------------------------------------------
+
+    def _begin_whole(self) -> None:
+        """Everything counts as changed from now on, and is taken into one whole save."""
+        self._track(None)
+        assert self.pipeline.moved is not None
+        self._whole = _Whole(sorted(self.pipeline.moved, reverse=True))
+
+    def take_ahead_step(self) -> bool:
+        """Take one slice (about SLICE_ROWS rows) of a whole save that is due (a process that
+        loaded no checkpoint, or after a failed write); True while more is left. What is taken
+        counts as stored for the save that completes it (`changes`): a workload, unit or series
+        that changes after its slice is taken again there, so that save is still exactly the
+        state at its own moment. Nothing is written here."""
+        if self._synced:
+            return False
+        if self._whole is None:
+            self._begin_whole()
+        whole = self._whole
+        assert whole is not None and self._families is not None
+        p = self.pipeline
+        assert p.moved is not None
+        held = p.registry.held.names
+        budget = SLICE_ROWS
+        ch = Changes()
+        while whole.todo and budget > 0:
+            w = whole.todo[-1]
+            wl = p.logs.get(w)
+            if wl is not None and wl.touched is not None and len(wl.touched) > budget:
+                _unit_rows(w, wl.take_units(budget), ch)  # a large workload: part of its units
+                break
+            whole.todo.pop()
+            if w in p.moved:
+                before = ch.rows()
+                self._take_workload(w, ch, held)
+                p.moved.discard(w)
+                whole.held[w] = w in held
+                budget -= ch.rows() - before
+        if not whole.todo and budget > 0 and changes_left(self._families) > SLICE_ROWS:
+            rows, gone = take_changes(self._families, budget)
+            ch.series, ch.series_gone = rows, gone
+        whole.add(ch)
+        return bool(whole.todo) or changes_left(self._families) > SLICE_ROWS
+
+    async def take_ahead(self) -> None:
+        """`take_ahead_step` until a whole save that is due has little left, yielding to the
+        event loop between slices (a fresh process's first save takes every row of the state:
+        0.3 s at 100,000 units in one go). The save that follows (`begin_save`) takes the rest
+        with no await before its render, as any save."""
+        while self.take_ahead_step():
+            await asyncio.sleep(0)
 
     def save(self) -> bool:
         """Write what changed since the last save; True when something was written.
@@ -286,6 +351,7 @@ class Checkpointer:
 
     def _failed(self, e: BaseException) -> CheckpointError:
         self._synced = False  # what was taken is not stored: write everything next time
+        self._whole = None  # (taken again from the start)
         self.metrics.saved("error")
         log.error("checkpoint not written", extra={
             "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
@@ -441,6 +507,55 @@ class Checkpointer:
         self._lock_fd = fd
 
 
+def _unit_rows(w: str, taken: list[tuple[str, list[Any] | None]], ch: Changes) -> None:
+    for uid, u in taken:
+        if u is None:
+            ch.units_gone.append((w, uid))
+        else:
+            ch.units.append((w, uid, *u))
+
+
+def _keyed(rows: dict[Any, Any], written: list[Any], gone: list[Any]) -> None:
+    for r in gone:
+        rows[r[0], r[1]] = None
+    for r in written:
+        rows[r[0], r[1]] = r
+
+
+class _Whole:
+    """The rows of a whole save taken so far, by key: a row taken again (it changed since)
+    replaces the earlier one, a row gone since removes it."""
+
+    def __init__(self, todo: list[str]) -> None:
+        self.todo = todo  # workloads still to take, the next last
+        self.held: dict[str, bool] = {}  # whether each workload taken was held at its take
+        self.workloads: dict[str, tuple[str, str]] = {}
+        self.units: dict[Any, Any] = {}
+        self.pending: dict[Any, Any] = {}
+        self.series: dict[Any, Any] = {}
+        self.traces: dict[Any, Any] = {}
+
+    def add(self, ch: Changes) -> None:
+        for r in ch.workloads:
+            self.workloads[r[0]] = r
+        _keyed(self.units, ch.units, ch.units_gone)
+        _keyed(self.pending, ch.pending, ch.pending_gone)
+        _keyed(self.series, ch.series, ch.series_gone)
+        _keyed(self.traces, ch.traces, ch.traces_gone)
+
+    def merged(self, last: Changes) -> Changes:
+        """The whole save: every row taken, with `last` (the final take) over them."""
+        self.add(last)
+        return Changes(
+            full=True, workloads=list(self.workloads.values()),
+            units=[r for r in self.units.values() if r is not None],
+            pending=[r for r in self.pending.values() if r is not None],
+            series=[r for r in self.series.values() if r is not None],
+            traces=[r for r in self.traces.values() if r is not None],
+            spans=last.spans, spans_through=last.spans_through,
+            held_through=last.held_through, meta=last.meta)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -467,6 +582,7 @@ async def render_checkpointed_async(registry: Registry, openmetrics: bool | Form
     The caller sends nothing before this returns; raises CheckpointError as the other does."""
     if checkpointer is None:
         return list(render(registry, openmetrics))
+    await checkpointer.take_ahead()  # a whole save due: most of it in slices, first
     durable = checkpointer.begin_save()
     chunks = list(render(registry, openmetrics))
     await durable()
