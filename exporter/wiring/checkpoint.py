@@ -22,15 +22,19 @@ the model and the series record what they change as they go (O(1) per change: a 
 ids per WorkloadLog, a list of changed series per family, the workloads that moved), and a save
 turns those into rows, so its work grows with the events since the last save, not with the
 fleet. The first save of a process that loaded no checkpoint (a fresh disk, --start-from head or
-earliest) replaces the whole store once. The model's state (pending events, units in flight,
-event clock) is part of it, so an interval that spans a restart (created before, ready after) is
-still measured.
+earliest) replaces the whole store once; its rows are taken ahead in slices between turns of
+the event loop (`take_ahead`), and what changes after its slice is taken again by the save that
+completes it, which is then exactly the state at its own moment. The model's state (pending
+events, units in flight, event clock) is part of it, so an interval that spans a restart
+(created before, ready after) is still measured.
 
 A checkpoint of version 1 or 2 (checkpoint.json, the whole state in one file) is loaded once and
 converted: the store is written whole, then the file is renamed checkpoint.json.converted (kept
 for an operator to delete; nothing reads it again). From then on the store is authoritative.
 
-A lock (flock) on the state directory keeps a second exporter from sharing it.
+A lock (flock) on the state directory keeps a second exporter from sharing it; `serve` takes it
+at start. A store whose integrity check fails (Store.verify) is never restored nor replaced: the
+start ends with one line naming the fix (FIX).
 
 With traces on, the trace sink's state (open spans per unit, spans not yet exported) is stored
 incrementally too, and spans are exported only once a checkpoint covers them
