@@ -9,18 +9,26 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from exporter.sinks.traces.outbox import ACKED_FILE
 from exporter.wiring.store import DB, Store, read_state
+from tests.otlp_receiver import OtlpReceiver
 from tests.serving import MAIN, ROOT, Feed, Scraper, Serve, free_port, scrape
 from tests.simlogs import assert_matches_truth, finite_logs, value
 from tests.test_restarts import _caught_up, _counter_like
+from tests.test_traces_restart import LOGS as TRACE_LOGS
+from tests.test_traces_restart import key, scrape_until, spawn, uninterrupted
+from tests.test_traces_restart import scrape as scrape_saved
+from tests.waiting import until
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
 
@@ -232,3 +240,52 @@ async def test_check_and_backup_usage_and_errors(tmp_path: Path):
     assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == [DB]
     rc, _, err = await cli("state", "check")
     assert rc == 2 and err.count("\n") == 1 and "DIR" in err
+
+
+async def test_a_backup_with_traces_restored_sends_every_span_once(tmp_path: Path):
+    """With traces on, the backup carries the outbox's mark: the restored exporter sends
+    neither the spans the collector had already accepted (still listed in the store until
+    the next save) nor any span twice, and every span of the log arrives."""
+    expected = uninterrupted()
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    route_url = await route.start()
+    feed = Feed(route, TRACE_LOGS)
+    state, dest, new = tmp_path / "state", tmp_path / "backup", tmp_path / "restored"
+    procs = []
+    with OtlpReceiver() as rx:
+        try:
+            feed.to(0.5)
+            proc, url = await spawn(route_url, state, rx.endpoint)
+            procs.append(proc)
+            samples = await scrape_until(url, feed.fed)  # saved; its spans released
+            await until(lambda: len(rx.spans) >= value(samples, "zaroz_traces_spans_total"),
+                        20.0, 0.05)
+            rc, out, err = await cli("state", "check", str(state), "--output", "json")
+            assert rc == 0, (out, err)
+            traces = json.loads(out)["store"]["traces"]
+            # Handled after the save: still stored, and only the mark says they are sent.
+            assert traces["spans_stored"] > 0 and traces["spans_pending"] == 0
+            rc, out, err = await cli("state", "backup", str(state), str(dest))
+            assert rc == 0, (out, err)
+            assert (dest / ACKED_FILE).exists()
+            proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+            new.mkdir()
+            for f in dest.iterdir():
+                shutil.copy2(f, new / f.name)
+            feed.to(1.0)
+            proc, url = await spawn(route_url, new, rx.endpoint)
+            procs.append(proc)
+            await scrape_until(url, {w: len(evs) for w, evs in TRACE_LOGS.items()})
+            await scrape_saved(url)
+            await until(lambda: len(rx.spans) >= sum(expected.values()), 20.0, 0.05)
+            await asyncio.sleep(0.5)  # anything more (a duplicate) would arrive by now
+        finally:
+            for p in procs:
+                if p.returncode is None:
+                    p.send_signal(signal.SIGKILL)
+                    await p.wait()
+            await route.stop()
+        got = Counter(key(s) for s in rx.spans)
+    assert max(got.values()) == 1, "a span was exported twice"
+    assert got == expected
