@@ -289,3 +289,34 @@ async def test_a_backup_with_traces_restored_sends_every_span_once(tmp_path: Pat
         got = Counter(key(s) for s in rx.spans)
     assert max(got.values()) == 1, "a span was exported twice"
     assert got == expected
+
+
+async def test_after_a_sigkill_the_backup_holds_the_wal_and_state_db_alone_is_flagged(
+        tmp_path: Path):
+    """A SIGKILLed exporter leaves its last checkpoints in the WAL: `state backup` copies them
+    (one file), and `state check` flags a copy of state.db alone, which holds none of them."""
+    logs, _ = finite_logs(seed=31, workloads=1, seconds=100, rate=1.0)
+    route = RouteServer(SimConfig(workloads=1).workload_list())
+    base = await route.start()
+    state = tmp_path / "state"
+    a = Serve("--events-url", base, "--workload", "wl-1", "--wait", "1",
+              "--state-dir", str(state), "--checkpoint-interval", "0")
+    try:
+        route.append("wl-1", logs["wl-1"])
+        await a.start()
+        await _caught_up(a.url, {"wl-1": len(logs["wl-1"])})
+        await a.kill()
+    finally:
+        await a.kill()
+        await route.stop()
+    assert (state / f"{DB}-wal").stat().st_size > 0
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy2(state / DB, alone / DB)
+    rc, out, _ = await cli("state", "check", str(alone))
+    assert rc == 1 and f"without its {DB}-wal" in out, out
+    rc, out, err = await cli("state", "backup", str(state), str(tmp_path / "b"))
+    assert rc == 0, (out, err)
+    copied = read_state(tmp_path / "b")
+    assert copied is not None
+    assert copied["workloads"]["wl-1"]["cursor"] == len(logs["wl-1"])

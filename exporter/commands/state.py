@@ -173,9 +173,10 @@ def check(state_dir: str, verbose: bool = False) -> Report:
         return report
     state = read_state(d)
     if state is None:
-        report.problems.append(
-            f"{DB} holds no checkpoint (copied without its {DB}-wal file?): a start would "
-            "begin every log again")
+        if not report.in_use_by:  # else its first save is under way, or to come
+            report.problems.append(
+                f"{DB} holds no checkpoint (a first save killed before it committed, or a copy "
+                f"without its {DB}-wal file): a start would begin every log again")
         return report
     report.store = _holds(state, mark, verbose)
     if mark is not None and report.store.get("traces"):
@@ -207,7 +208,8 @@ def human(report: Report) -> str:
         t = s.get("traces")
         if t is not None:
             lines.append(f"  traces        {t['open']} open units, {t['spans_stored']} spans "
-                         f"stored, {t['spans_pending']} not yet handled by the collector")
+                         f"stored, {t['spans_pending']} not yet handled by the collector "
+                         f"(mark {t.get('acked_mark', 'none')})")
         for key in sorted(set(s) - {"version", "workloads", "held_workloads", "units", "series",
                                     "families", "pending_events", "cursors", "traces",
                                     "per_workload"}):
@@ -216,7 +218,9 @@ def human(report: Report) -> str:
             lines.append(f"    {w}: cursor {x['cursor']}, {x['units']} units, {x['pending']} "
                          f"pending{', held' if x['held'] else ''}")
     elif not report.problems:
-        lines.append("  no checkpoint (a start begins at the beginning of each log)")
+        lines.append("  no checkpoint (a start begins at the beginning of each log)"
+                     if not report.in_use_by else
+                     "  no checkpoint committed yet (the exporter's first save is to come)")
     lines.append("  files")
     for f in report.files:
         lines.append(f"    {f['name']:<28} {_mib(f['bytes']):>10}  {f['role']}")
@@ -289,5 +293,5 @@ def run_backup(state_dir: str, dest: str, output: str) -> int:
         print(f"{result['dir']} backed up to {result['dest']} ({', '.join(result['files'])})"
               f"{what}")
         for p in result["problems"]:
-            print(f"  problem in the copy (the source is damaged): {p}")
+            print(f"  problem in the copy: {p}")
     return PROBLEMS if result["problems"] else SOUND

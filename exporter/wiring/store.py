@@ -238,12 +238,14 @@ class Store:
         try:
             problems = [f"{self.path}: {row[0]}" for row in
                         db.execute("PRAGMA integrity_check(100)") if row[0] != "ok"]
-            version = db.execute("SELECT value FROM meta WHERE key = 'v'").fetchone()
-            if not problems and version is not None and version[0] != str(VERSION):
-                problems.append(f"{self.path}: format version {version[0]}, this exporter "
-                                f"reads {VERSION}")
-            if problems or not decode:
+            if problems or not _has_meta(db):  # else: no table yet, no checkpoint
                 return problems
+            version = db.execute("SELECT value FROM meta WHERE key = 'v'").fetchone()
+            if version is not None and version[0] != str(VERSION):
+                return [f"{self.path}: format version {version[0]}, this exporter reads "
+                        f"{VERSION}"]
+            if not decode:
+                return []
             db.execute("BEGIN")
             try:
                 _read(db)
@@ -359,13 +361,26 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
     return state
 
 
+def _has_meta(db: sqlite3.Connection) -> bool:
+    return db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
+
+
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
     """The checkpoint in `state_dir` as plain data (the version-2 form), or None: for tests
-    and for an operator's look (the store is locked by no reader)."""
+    and for an operator's look (`state check`). Writes nothing (the store is locked by no
+    reader, and a copy being checked stays as it is)."""
     store = Store(Path(state_dir) / DB)
     if not store.exists():
         return None
+    db = store._open_read_only()
     try:
-        return store.read()
+        if not _has_meta(db):
+            return None
+        db.execute("BEGIN")  # one snapshot of the store for every SELECT
+        try:
+            return _read(db)
+        finally:
+            db.execute("COMMIT")
     finally:
-        store.close()
+        db.close()
