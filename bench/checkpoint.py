@@ -161,7 +161,6 @@ def run(units: int, workloads: int, events: list[int], rounds: int, traces: bool
         slices.append(time.perf_counter() - t0)
         if not more:
             break
-    t0 = time.perf_counter()
     first, first_bytes, _ = measured(cp.save)
     rows: list[list[str]] = [
         [f"{workloads}", "first save: slices on the loop", "sqlite",
