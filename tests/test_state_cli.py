@@ -320,3 +320,12 @@ async def test_after_a_sigkill_the_backup_holds_the_wal_and_state_db_alone_is_fl
     copied = read_state(tmp_path / "b")
     assert copied is not None
     assert copied["workloads"]["wl-1"]["cursor"] == len(logs["wl-1"])
+
+
+async def test_a_backup_that_cannot_be_taken_leaves_no_half_copy(tmp_path: Path):
+    state = await _stopped_state(tmp_path)
+    _break_header(state / DB)
+    dest = tmp_path / "b"
+    rc, _, err = await cli("state", "backup", str(state), str(dest))
+    assert rc == 1 and err.count("\n") == 1 and "not a database" in err, err
+    assert not dest.exists()

@@ -258,25 +258,34 @@ def backup(state_dir: str, dest: str) -> dict[str, Any]:
     if out.resolve() == d.resolve():
         raise UsageError(f"{dest}: is the state directory")
     store = Store(d / DB)
-    copied: list[str] = []
-    if store.exists():
-        store.backup(out)
-        copied.append(DB)
-    if (d / FILE).exists():  # read only while the store holds no checkpoint
-        out.mkdir(parents=True, exist_ok=True)
-        _write_durably(out / FILE, (d / FILE).read_bytes())
-        copied.append(FILE)
-    if not copied:
+    if not store.exists() and not (d / FILE).exists():
         raise UsageError(f"{state_dir}: holds no checkpoint to back up")
-    mark = read_mark(d)  # after the store: see the module docstring
-    if mark is not None:
-        _write_durably(out / ACKED_FILE, f"{mark:0{_MARK_WIDTH}d}\n".encode())
-        copied.append(ACKED_FILE)
-    fd = os.open(out, os.O_RDONLY)
+    made = not out.exists()
+    copied: list[str] = []
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        if store.exists():
+            store.backup(out)
+            copied.append(DB)
+        if (d / FILE).exists():  # read only while the store holds no checkpoint
+            out.mkdir(parents=True, exist_ok=True)
+            _write_durably(out / FILE, (d / FILE).read_bytes())
+            copied.append(FILE)
+        mark = read_mark(d)  # after the store: see the module docstring
+        if mark is not None:
+            _write_durably(out / ACKED_FILE, f"{mark:0{_MARK_WIDTH}d}\n".encode())
+            copied.append(ACKED_FILE)
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:  # no half copy left behind: DEST is as it was
+        if out.is_dir():
+            for p in out.iterdir():
+                p.unlink()
+            if made:
+                out.rmdir()
+        raise
     result = check(str(out))
     return {"dir": str(d), "dest": str(out), "files": copied, "problems": result.problems,
             "store": result.store}
