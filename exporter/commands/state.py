@@ -103,6 +103,8 @@ def _files(d: Path) -> Iterator[dict[str, Any]]:
     for p in sorted(d.iterdir()):
         if p.name == DB or p.name.startswith(DB + "-"):
             role = "store" if p.name == DB else "store (SQLite's " + p.name[len(DB) + 1:] + ")"
+        elif p.name.startswith(Path(DB).stem + "."):  # the store's other files, if any
+            role = "store"
         else:
             role = ROLES.get(p.name, "not the exporter's" if p.is_file() else "a directory")
         try:
