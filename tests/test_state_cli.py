@@ -180,16 +180,20 @@ def _break_header(db: Path) -> None:
         f.write(b"not a database at all")
 
 
-@pytest.mark.parametrize("damage", [_break_key_order, _break_header])
+@pytest.mark.parametrize(("damage", "start_from"), [
+    (_break_key_order, "checkpoint"), (_break_header, "checkpoint"),
+    (_break_key_order, "earliest"), (_break_header, "earliest")])
 async def test_a_damaged_store_ends_serve_at_once_with_one_line_naming_the_fix(
-        tmp_path: Path, damage: Any):
+        tmp_path: Path, damage: Any, start_from: str):
+    """Also when the start ignores the checkpoint: it could not replace a damaged store."""
     state = await _stopped_state(tmp_path)
     damage(state / DB)
     rc, out, _ = await cli("state", "check", str(state))
     assert rc == 1 and "PROBLEMS" in out, out
     start = time.monotonic()
     code, lines = await serve_exit("--state-dir", str(state), "--events-url",
-                                   "http://127.0.0.1:9", "--workload", "wl-1")
+                                   "http://127.0.0.1:9", "--workload", "wl-1",
+                                   "--start-from", start_from)
     assert code == 2, ("serve went on with a damaged store", lines)
     assert time.monotonic() - start < 15
     assert len(lines) == 1, lines

@@ -432,16 +432,23 @@ class Checkpointer:
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
         return n
 
+    def verify(self) -> None:
+        """The store's own check (pages, keys in order; Store.verify without decoding): raises
+        CheckpointError naming the fix when it fails. A damaged store may still decode, into
+        wrong values, and fail later at a save; nor can a start that ignores it (--start-from
+        head or earliest) write into it. Called by `load`, and by a start that does not load."""
+        if not self.store.exists():
+            return
+        problems = self.store.verify(decode=False)
+        if problems:
+            more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            raise CheckpointError(f"checkpoint {self.store.path} is damaged "
+                                  f"({problems[0]}{more}); {FIX}")
+
     def _read(self) -> tuple[dict[str, Any] | None, Path]:
         state = None
         if self.store.exists():
-            # The engine's check first (pages, keys in order): a damaged store may still
-            # decode, into wrong values, and fail later at a save.
-            problems = self.store.verify(decode=False)
-            if problems:
-                more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
-                raise CheckpointError(f"checkpoint {self.store.path} is damaged "
-                                      f"({problems[0]}{more}); {FIX}")
+            self.verify()
             try:
                 state = self.store.read()
             except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
