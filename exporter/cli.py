@@ -1,4 +1,5 @@
-"""Command line: `serve` (default), `replay` and `demo`. Every flag has an environment variable.
+"""Command line: `serve` (default), `replay`, `demo` and `state`. Every flag has an environment
+variable.
 
 Heavy modules (aiohttp, the tailer, the simulator) are imported inside the commands that use
 them, so `replay` starts fast.
@@ -192,8 +193,8 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--state-dir", help="directory for restart-safe checkpoints of every workload's "
          "cursor, model and counters: an SQLite database (state.db) to which each checkpoint "
          "(at each scrape, every --checkpoint-interval and at shutdown) writes what changed "
-         "since the last; a checkpoint.json of an older version is converted once; none: no "
-         "checkpoints", default=None)
+         "since the last; a checkpoint.json of an older version is converted once; `zaroz-exporter "
+         "state` checks and backs it up; none: no checkpoints", default=None)
     _add(p, "--checkpoint-interval", help="seconds between checkpoints besides those at scrape "
          "time and at shutdown (0: only those)", type=float, default=30.0)
     _add(p, "--start-from", help="where each workload's log starts: checkpoint (if any, else "
@@ -294,7 +295,44 @@ def build_parser() -> argparse.ArgumentParser:
     _add(demo, "--history", help="seconds of simulated history written at start, so the "
          "overview has data at once", type=float, default=300.0)
     _common(demo)
+    _state_commands(sub)
     return parser
+
+
+def _state_commands(sub: Any) -> None:
+    """`state check DIR` and `state backup DIR DEST`: a state dir looked after, live."""
+    state = sub.add_parser(
+        "state", formatter_class=_Formatter,
+        help="check or back up a --state-dir, also while its exporter runs",
+        description="Look after a --state-dir without stopping the exporter that uses it (its "
+        "lock is not needed). Restore: docs/operations.md#backup-and-restore.")
+    actions = state.add_subparsers(dest="action", metavar="ACTION", title="actions",
+                                   required=True)
+    check = actions.add_parser(
+        "check", formatter_class=_Formatter,
+        help="integrity, format version and contents of a state dir",
+        description="Check a state dir: the store's integrity (every page and row read, and "
+        "decoded), its format version, and what it holds (workloads, units, series, cursors, "
+        "events waiting behind a gap, open traces and spans not yet handled), and every other "
+        "file in it. Exit code 0: sound; 1: problems (listed); 2: usage.")
+    check.add_argument("dir", metavar="DIR", help="the --state-dir")
+    _add(check, "--output", help="output format", default="text", choices=["text", "json"],
+         scope="STATE_")
+    _add(check, "--verbose", help="also each workload's cursor, units and pending events",
+         action="store_true", default=False, scope="STATE_")
+    backup = actions.add_parser(
+        "backup", formatter_class=_Formatter,
+        help="a consistent copy of a state dir, also while its exporter runs",
+        description="Copy what a restore needs from a state dir into DEST: the store's last "
+        "committed checkpoint (one consistent snapshot, taken while the exporter goes on "
+        "writing) and the trace outbox's mark; the copy is then checked as `state check` "
+        "does. Restore by copying DEST's files into an empty --state-dir before the exporter "
+        "starts. Exit code 0: copied and sound; 1: not copied, or the copy has problems; "
+        "2: usage (DEST must be empty or absent).")
+    backup.add_argument("dir", metavar="DIR", help="the --state-dir")
+    backup.add_argument("dest", metavar="DEST", help="an empty or absent directory")
+    _add(backup, "--output", help="output format", default="text", choices=["text", "json"],
+         scope="STATE_")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -314,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(e.line(argv[0] if argv and not argv[0].startswith("-") else ""), file=sys.stderr)
         return 2
+    if args.command == "state":
+        return _state(args)
     if args.command == "replay":
         from exporter.commands import replay
         from exporter.sinks.metrics.exposition import Format
@@ -341,6 +381,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from exporter.commands import demo
 
     return demo.main(args)
+
+
+def _state(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from exporter.commands import state
+
+    prog = f"zaroz-exporter state {args.action}"
+    try:
+        if args.action == "check":
+            return state.run_check(args.dir, args.output, args.verbose)
+        return state.run_backup(args.dir, args.dest, args.output)
+    except state.UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return state.USAGE
+    except (OSError, sqlite3.Error) as e:
+        print(f"{prog}: error: {e.__class__.__name__}: {e}", file=sys.stderr)
+        return state.PROBLEMS
 
 
 if __name__ == "__main__":

@@ -127,6 +127,9 @@ class Recording:
         self.saved.append(self.pipeline.logs["w"].applied_through)
         return True
 
+    async def take_ahead(self) -> None:
+        """As Checkpointer.take_ahead with no whole save due: nothing to take ahead."""
+
     def begin_save(self) -> Callable[[], Awaitable[bool]]:
         """As Checkpointer.begin_save: taken now, durable after an await (events go on)."""
         self.save()

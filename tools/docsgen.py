@@ -6,6 +6,7 @@ docs/configuration.md from the argument parser.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import textwrap
@@ -277,8 +278,15 @@ def configuration() -> str:
     with mock.patch.dict(os.environ, clean, clear=True):
         parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    out = []
+    commands: list[tuple[str, argparse.ArgumentParser]] = []
     for name, p in sub.choices.items():  # type: ignore[union-attr]
+        nested = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:  # `state check`, `state backup`
+            commands += [(f"{name} {n}", q) for a in nested for n, q in a.choices.items()]
+        else:
+            commands.append((name, p))
+    out = []
+    for name, p in commands:
         out.append(f"### `zaroz-exporter {name}`\n\n| flag | environment | default | meaning |"
                    "\n|---|---|---|---|")
         for a in p._actions:

@@ -126,6 +126,7 @@ class Running:
     async def save_async(self) -> None:
         """`save`, its write off the event loop (the periodic checkpoint)."""
         if self.commits is not None:
+            await self.commits.take_ahead()
             self.pipeline.registry.hold(self.held())
             try:
                 await self.commits.begin_save()()
@@ -289,6 +290,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
             checkpointer = Checkpointer(config.state_dir, pipeline,
                                         CheckpointMetrics(pipeline.registry), shard=shard,
                                         signals=memory)
+            checkpointer.lock()  # whichever --start-from: not only at a load or first save
         start_cursor = prepare_start(config.start_from, checkpointer, client)
         if checkpointer is not None and config.start_from == "checkpoint":
             restored = frozenset(pipeline.logs) - checkpointer.held_at_save

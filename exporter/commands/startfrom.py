@@ -33,6 +33,8 @@ def prepare_start(
     head: ignore any checkpoint; every workload known at the first discovery starts at the
       route's current head_seq (later workloads are new and start at the beginning);
     earliest: ignore any checkpoint; start every log at its beginning.
+    With head or earliest the store is replaced at the first save, which a damaged store may
+    refuse: it ends the start as it does with checkpoint (Checkpointer.verify).
     """
     if start_from not in START_FROM:
         raise ValueError(f"--start-from must be one of {', '.join(START_FROM)}")
@@ -40,6 +42,8 @@ def prepare_start(
         if checkpointer is not None:
             checkpointer.load()
         return None
+    if checkpointer is not None:
+        checkpointer.verify()
     if start_from == "head":
         if client is None:
             raise ValueError("--start-from head needs the events route (--events-url)")

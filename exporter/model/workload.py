@@ -317,17 +317,22 @@ class WorkloadLog:
             **({} if self.left_at_ns is None else {"left_at_ns": self.left_at_ns}),
         }
 
-    def take_units(self) -> list[tuple[str, list[Any] | None]]:
+    def take_units(self, limit: int | None = None) -> list[tuple[str, list[Any] | None]]:
         """Each unit changed since the last call, as (id, its snapshot, or None when it is
-        gone); from then on none counts as changed (`track`)."""
+        gone); from then on none counts as changed (`track`). `limit`: at most that many (the
+        rest stay changed, for the next call: a whole save takes them in slices)."""
         touched, units = self.touched, self.units
         if not touched:
             return []
+        if limit is not None and len(touched) > limit:
+            taken = [touched.pop() for _ in range(limit)]
+        else:
+            taken = list(touched)
+            touched.clear()
         out = []
-        for uid in touched:
+        for uid in taken:
             u = units.get(uid)
             out.append((uid, None if u is None else u.snapshot()))
-        touched.clear()
         return out
 
     def take_pending(self) -> list[tuple[int, bool, Any]]:

@@ -22,15 +22,19 @@ the model and the series record what they change as they go (O(1) per change: a 
 ids per WorkloadLog, a list of changed series per family, the workloads that moved), and a save
 turns those into rows, so its work grows with the events since the last save, not with the
 fleet. The first save of a process that loaded no checkpoint (a fresh disk, --start-from head or
-earliest) replaces the whole store once. The model's state (pending events, units in flight,
-event clock) is part of it, so an interval that spans a restart (created before, ready after) is
-still measured.
+earliest) replaces the whole store once; its rows are taken ahead in slices between turns of
+the event loop (`take_ahead`), and what changes after its slice is taken again by the save that
+completes it, which is then exactly the state at its own moment. The model's state (pending
+events, units in flight, event clock) is part of it, so an interval that spans a restart
+(created before, ready after) is still measured.
 
 A checkpoint of version 1 or 2 (checkpoint.json, the whole state in one file) is loaded once and
 converted: the store is written whole, then the file is renamed checkpoint.json.converted (kept
 for an operator to delete; nothing reads it again). From then on the store is authoritative.
 
-A lock (flock) on the state directory keeps a second exporter from sharing it.
+A lock (flock) on the state directory keeps a second exporter from sharing it; `serve` takes it
+at start. A store whose integrity check fails (Store.verify) is never restored nor replaced: the
+start ends with one line naming the fix (FIX).
 
 With traces on, the trace sink's state (open spans per unit, spans not yet exported) is stored
 incrementally too, and spans are exported only once a checkpoint covers them
@@ -61,6 +65,7 @@ from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import AnyFamily, Registry
 from exporter.sinks.metrics.series import HistogramSeries, Series
 from exporter.sinks.metrics.state import (
+    changes_left,
     json_text,
     metric_state,
     restore_metrics,
@@ -80,6 +85,12 @@ CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
 _WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
+# Rows a whole save takes per turn of the event loop (take_ahead): about 3 µs each (0.3 s for
+# 103,000 rows in one go), so a slice holds the loop for some 5-20 ms.
+SLICE_ROWS = 2000
+# What an operator does about a checkpoint that cannot be restored (docs/operations.md).
+FIX = ("restore a backup (`zaroz-exporter state backup`) into an empty --state-dir, or move "
+       "the directory away and start with --start-from head or earliest (counters restart)")
 
 
 class CheckpointError(Exception):
@@ -116,6 +127,7 @@ class Checkpointer:
         # the store holds everything but those changes (else the next save replaces it).
         self._families: list[AnyFamily] | None = None
         self._synced = False
+        self._whole: _Whole | None = None  # a whole save being taken ahead (take_ahead)
         self._traces_meta: str | None = None
         self.signals = signals
         self._signals_meta: str | None = None
@@ -124,7 +136,7 @@ class Checkpointer:
         self._pool: ThreadPoolExecutor | None = None
         if pipeline.traces is not None:
             try:
-                self._lock()  # the trace sink keeps a file beside the checkpoint
+                self.lock()  # the trace sink keeps a file beside the checkpoint
                 pipeline.traces.checkpointed(self.dir)
             except OSError as e:
                 raise CheckpointError(f"cannot keep trace state in {self.dir}: {e}") from e
@@ -178,11 +190,13 @@ class Checkpointer:
 
     def changes(self) -> Changes:
         """The rows of everything changed since the last save; from then on it counts as
-        saved (the caller writes them, or fails the scrape)."""
+        saved (the caller writes them, or fails the scrape). A whole save (`full`) includes
+        what `take_ahead` took of it already."""
         p = self.pipeline
         full = not self._synced
-        if full:
-            self._track(None)
+        if full and self._whole is None:
+            self._begin_whole()
+        whole = self._whole
         assert self._families is not None and p.moved is not None
         ch = Changes(full=full)
         held = p.registry.held.names
@@ -193,44 +207,14 @@ class Checkpointer:
         if held != self._held:
             moved |= held ^ self._held
             self._held = held
-        traces = p.traces
-        dumps = json_text
+        if whole is not None:  # rows taken ahead while a workload was held, or not
+            moved |= {w for w, h in whole.held.items() if h is not (w in held)}
         for w in moved:
-            row: dict[str, Any] = {}
-            wl = p.logs.get(w)
-            if wl is not None:
-                row = wl.head()
-                if w in held:
-                    row["held"] = True
-                labels = getattr(wl.obs, "label_state", None)
-                if labels is not None:
-                    row["labels"] = labels()
-                for uid, u in wl.take_units():
-                    if u is None:
-                        ch.units_gone.append((w, uid))
-                    else:
-                        ch.units.append((w, uid, *u))
-                for seq, waits, ev in wl.take_pending():
-                    if waits:
-                        ch.pending.append((w, seq, None if ev is None else dumps(ev)))
-                    else:
-                        ch.pending_gone.append((w, seq))
-            b = traces.builders.get(w) if traces is not None else None
-            if wl is None and b is None:
-                continue  # dropped (its rows go with `workloads_gone`)
-            if b is not None:
-                row["trace_expired"] = b.expired
-                if b.touched:
-                    for uid in b.touched:
-                        t = b.units.get(uid)
-                        if t is None:
-                            ch.traces_gone.append((w, uid))
-                        else:
-                            ch.traces.append((w, uid, dumps(unit_state(t))))
-                    b.touched.clear()
-            ch.workloads.append((w, dumps(row)))
+            self._take_workload(w, ch, held)
         moved.clear()
         ch.series, ch.series_gone = take_changes(self._families)
+        traces = p.traces
+        dumps = json_text
         if traces is not None:
             box = traces.outbox
             meta = dumps({"next": None if box is None else box.next_serial,
@@ -250,7 +234,100 @@ class Checkpointer:
             if meta != self._signals_meta:
                 ch.meta.append(("unitsignals", meta))
                 self._signals_meta = meta
+        if whole is not None:
+            self._whole = None
+            return whole.merged(ch)
         return ch
+
+    def _take_workload(self, w: str, ch: Changes, held: frozenset[str]) -> None:
+        """A workload's row and every row of it changed since the last take, into `ch`."""
+        p, dumps = self.pipeline, json_text
+        row: dict[str, Any] = {}
+        wl = p.logs.get(w)
+        if wl is not None:
+            row = wl.head()
+            if w in held:
+                row["held"] = True
+            labels = getattr(wl.obs, "label_state", None)
+            if labels is not None:
+                row["labels"] = labels()
+            _unit_rows(w, wl.take_units(), ch)
+            for seq, waits, ev in wl.take_pending():
+                if waits:
+                    ch.pending.append((w, seq, None if ev is None else dumps(ev)))
+                else:
+                    ch.pending_gone.append((w, seq))
+        b = p.traces.builders.get(w) if p.traces is not None else None
+        if wl is None and b is None:
+            return  # dropped (its rows go with `workloads_gone`)
+        if b is not None:
+            row["trace_expired"] = b.expired
+            if b.touched:
+                for uid in b.touched:
+                    t = b.units.get(uid)
+                    if t is None:
+                        ch.traces_gone.append((w, uid))
+                    else:
+                        ch.traces.append((w, uid, dumps(unit_state(t))))
+                b.touched.clear()
+        ch.workloads.append((w, dumps(row)))
+
+    # -- a whole save, taken ahead in slices ----------------------------------------------------
+
+    def _begin_whole(self) -> None:
+        """Everything counts as changed from now on, and is taken into one whole save."""
+        self._track(None)
+        assert self.pipeline.moved is not None
+        self._whole = _Whole(sorted(self.pipeline.moved, reverse=True))
+
+    def take_ahead_step(self) -> bool:
+        """Take one slice (about SLICE_ROWS rows) of a whole save that is due (a process that
+        loaded no checkpoint, or after a failed write); True while more is left. What is taken
+        counts as stored for the save that completes it (`changes`): a workload, unit or series
+        that changes after its slice is taken again there, so that save is still exactly the
+        state at its own moment. Nothing is written here."""
+        if self._synced:
+            return False
+        if self._whole is None:
+            self._begin_whole()
+        whole = self._whole
+        assert whole is not None and self._families is not None
+        p = self.pipeline
+        assert p.moved is not None
+        held = p.registry.held.names
+        budget = SLICE_ROWS
+        ch = Changes()
+        while whole.todo and budget > 0:
+            w = whole.todo[-1]
+            wl = p.logs.get(w)
+            if wl is not None and wl.touched is not None and len(wl.touched) > budget:
+                if budget == SLICE_ROWS:  # a large workload: part of its units
+                    _unit_rows(w, wl.take_units(budget), ch)
+                break  # (else whole, in the next slice: its rows stay in order)
+            whole.todo.pop()
+            if w in p.moved:
+                before = ch.rows()
+                self._take_workload(w, ch, held)
+                p.moved.discard(w)
+                whole.held[w] = w in held
+                budget -= ch.rows() - before
+        if not whole.todo and budget > 0 and changes_left(self._families) > SLICE_ROWS:
+            rows, gone = take_changes(self._families, budget)
+            ch.series, ch.series_gone = rows, gone
+        # In key order, as the workloads are taken: the whole save's rows are then in order
+        # but for what changed since, and the store's sort of them (in its writer thread,
+        # holding the GIL: 0.26 s for 100,000 units in set order) is one pass.
+        ch.units.sort(key=_unit_key)
+        whole.add(ch)
+        return bool(whole.todo) or changes_left(self._families) > SLICE_ROWS
+
+    async def take_ahead(self) -> None:
+        """`take_ahead_step` until a whole save that is due has little left, yielding to the
+        event loop between slices (a fresh process's first save takes every row of the state:
+        0.3 s at 100,000 units in one go). The save that follows (`begin_save`) takes the rest
+        with no await before its render, as any save."""
+        while self.take_ahead_step():
+            await asyncio.sleep(0)
 
     def save(self) -> bool:
         """Write what changed since the last save; True when something was written.
@@ -259,10 +336,10 @@ class Checkpointer:
         start = time.perf_counter()
         ch = self._prepare()
         try:
-            self._writer().submit(self._write, ch).result()
+            size = self._writer().submit(self._write, ch).result()
         except _WRITE_ERRORS as e:
             raise self._failed(e) from e
-        return self._done(ch, start)
+        return self._done(ch, start, size)
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]:
         """`save` in two halves: what changed is taken now, on the caller's thread (O(changes),
@@ -277,17 +354,17 @@ class Checkpointer:
             try:
                 # Shielded: cancelling the waiter (shutdown cancels the periodic save) would
                 # cancel the write itself while it is queued, and its changes are taken.
-                await asyncio.shield(asyncio.wrap_future(written))
+                size = await asyncio.shield(asyncio.wrap_future(written))
             except _WRITE_ERRORS as e:
                 raise self._failed(e) from e
-            return self._done(ch, start)
+            return self._done(ch, start, size)
 
         return durable
 
     def _prepare(self) -> Changes | None:
         """The changes to write (None: nothing changed); from then on they count as stored."""
         try:
-            self._lock()
+            self.lock()
             ch = self.changes()
         except Exception as e:  # whatever it is, a failed save: never a dead task or scrape
             raise self._failed(e) from e
@@ -296,13 +373,15 @@ class Checkpointer:
             return None
         return ch
 
-    def _write(self, ch: Changes | None) -> None:
+    def _write(self, ch: Changes | None) -> int:
         """The writer thread's part: one transaction, or (nothing changed) a check that every
-        save before it was written."""
+        save before it was written; returns the bytes of the rows written (counted here, not
+        on the event loop: a whole save's are some 100,000 rows)."""
         if ch is None:
             self.store.check()
-        else:
-            self.store.write(ch)
+            return 0
+        self.store.write(ch)
+        return ch.size()
 
     def _writer(self) -> ThreadPoolExecutor:
         # One thread, so saves are written in the order they were taken (sqlite3 leaves the
@@ -318,18 +397,19 @@ class Checkpointer:
 
     def _failed(self, e: BaseException) -> CheckpointError:
         self._synced = False  # what was taken is not stored: write everything next time
+        self._whole = None  # (taken again from the start)
         self.metrics.saved("error")
         log.error("checkpoint not written", extra={
             "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
         return CheckpointError(f"cannot write checkpoint in {self.dir}: {e}")
 
-    def _done(self, ch: Changes | None, start: float) -> bool:
+    def _done(self, ch: Changes | None, start: float, size: int) -> bool:
         if ch is None:
             self.last_rows = 0
             self.metrics.saved("unchanged", self.clock())
             return False
         self.last_rows = ch.rows()
-        self.metrics.saved("written", self.clock(), time.perf_counter() - start, ch.size())
+        self.metrics.saved("written", self.clock(), time.perf_counter() - start, size)
         if self.pipeline.traces is not None:  # the spans it holds may leave now
             self.pipeline.traces.saved(ch.held_through)
         return True
@@ -338,7 +418,7 @@ class Checkpointer:
         """Restore every workload of the checkpoint into the pipeline (before the tailers and the
         webhook receiver start); returns how many. No checkpoint: 0. A checkpoint that cannot be
         read raises CheckpointError: starting over silently would count everything again."""
-        self._lock()
+        self.lock()
         collecting = gc.isenabled()
         gc.disable()  # a restore makes objects by the million, none of them garbage
         try:
@@ -358,8 +438,7 @@ class Checkpointer:
             skipped = self._restore(state, restored)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(
-                f"checkpoint {source} is unreadable ({e}); move it away and choose "
-                "--start-from head or earliest") from e
+                f"checkpoint {source} is unreadable ({e}); {FIX}") from e
         if state["v"] == 1:
             log.warning("checkpoint of version 1: counters restart at zero once",
                         extra={"state_dir": str(self.dir)})
@@ -394,15 +473,28 @@ class Checkpointer:
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
         return n
 
+    def verify(self) -> None:
+        """The store's own check (pages, keys in order; Store.verify without decoding): raises
+        CheckpointError naming the fix when it fails. A damaged store may still decode, into
+        wrong values, and fail later at a save; nor can a start that ignores it (--start-from
+        head or earliest) write into it. Called by `load`, and by a start that does not load."""
+        if not self.store.exists():
+            return
+        problems = self.store.verify(decode=False)
+        if problems:
+            more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            raise CheckpointError(f"checkpoint {self.store.path} is damaged "
+                                  f"({problems[0]}{more}); {FIX}")
+
     def _read(self) -> tuple[dict[str, Any] | None, Path]:
         state = None
         if self.store.exists():
+            self.verify()
             try:
                 state = self.store.read()
             except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
                 raise CheckpointError(
-                    f"checkpoint {self.store.path} is unreadable ({e}); move it away and "
-                    "choose --start-from head or earliest") from e
+                    f"checkpoint {self.store.path} is unreadable ({e}); {FIX}") from e
         if state is not None:
             if self.path.exists():  # converted before a kill that came before the rename
                 self._put_aside(converted=False)
@@ -420,8 +512,7 @@ class Checkpointer:
                 raise ValueError(f"unsupported checkpoint version {got!r}")
         except ValueError as e:  # orjson.JSONDecodeError is one
             raise CheckpointError(
-                f"checkpoint {self.path} is unreadable ({e}); move it away and choose "
-                "--start-from head or earliest") from e
+                f"checkpoint {self.path} is unreadable ({e}); {FIX}") from e
         return state, self.path
 
     def _restore(self, state: dict[str, Any], restored: set[Series | HistogramSeries],
@@ -494,7 +585,10 @@ class Checkpointer:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def _lock(self) -> None:
+    def lock(self) -> None:
+        """Take the state directory's lock (once; every save and load takes it too): raises
+        CheckpointError when another exporter holds it. A start takes it before anything else,
+        whichever --start-from, so a second exporter on the directory ends at once."""
         if self._lock_fd is not None:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -505,6 +599,60 @@ class Checkpointer:
             os.close(fd)
             raise CheckpointError(f"{self.dir} is in use by another exporter") from e
         self._lock_fd = fd
+
+
+def _unit_key(row: tuple[Any, ...]) -> tuple[str, str]:
+    return row[0], row[1]
+
+
+def _unit_rows(w: str, taken: list[tuple[str, list[Any] | None]], ch: Changes) -> None:
+    for uid, u in taken:
+        if u is None:
+            ch.units_gone.append((w, uid))
+        else:
+            ch.units.append((w, uid, *u))
+
+
+def _keyed(rows: dict[Any, Any], written: list[Any], gone: list[Any]) -> None:
+    for r in gone:
+        rows[r[0], r[1]] = None
+    for r in written:
+        rows[r[0], r[1]] = r
+
+
+class _Whole:
+    """The rows of a whole save taken so far, by key: a row taken again (it changed since)
+    replaces the earlier one, a row gone since removes it."""
+
+    def __init__(self, todo: list[str]) -> None:
+        self.todo = todo  # workloads still to take, the next last
+        self.held: dict[str, bool] = {}  # whether each workload taken was held at its take
+        self.workloads: dict[str, tuple[str, str]] = {}
+        self.units: dict[Any, Any] = {}
+        self.pending: dict[Any, Any] = {}
+        self.series: dict[Any, Any] = {}
+        self.traces: dict[Any, Any] = {}
+
+    def add(self, ch: Changes) -> None:
+        for r in ch.workloads:
+            self.workloads[r[0]] = r
+        _keyed(self.units, ch.units, ch.units_gone)
+        _keyed(self.pending, ch.pending, ch.pending_gone)
+        _keyed(self.series, ch.series, ch.series_gone)
+        _keyed(self.traces, ch.traces, ch.traces_gone)
+
+    def merged(self, last: Changes) -> Changes:
+        """The whole save: every row taken, with `last` (the final take) over them."""
+        self.add(last)
+        return Changes(
+            full=True, workloads=list(self.workloads.values()),
+            units=[r for r in self.units.values() if r is not None],
+            pending=[r for r in self.pending.values() if r is not None],
+            series=[r for r in self.series.values() if r is not None],
+            traces=[r for r in self.traces.values() if r is not None],
+            spans=last.spans, spans_through=last.spans_through,
+            held_through=last.held_through, meta=last.meta,
+            unitsignals=last.unitsignals)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -536,6 +684,10 @@ class BeginsSaves(Protocol):
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]: ...
 
+    async def take_ahead(self) -> None: ...
+
+    def failed(self, e: BaseException) -> CheckpointError: ...
+
 
 async def render_checkpointed_async(registry: Registry, openmetrics: bool | Format,
                                     checkpointer: BeginsSaves | None) -> list[bytes]:
@@ -545,6 +697,7 @@ async def render_checkpointed_async(registry: Registry, openmetrics: bool | Form
     The caller sends nothing before this returns; raises CheckpointError as the other does."""
     if checkpointer is None:
         return list(render(registry, openmetrics))
+    await checkpointer.take_ahead()  # a whole save due: most of it in slices, first
     try:
         durable = checkpointer.begin_save()
     except CheckpointError:

@@ -79,6 +79,15 @@ class GroupCommit:
 
         return wait
 
+    async def take_ahead(self) -> None:
+        """`Checkpointer.take_ahead`: a whole save that is due, taken in slices before the save
+        that completes it (which this numbers as any other)."""
+        await self.checkpointer.take_ahead()
+
+    def failed(self, e: BaseException) -> CheckpointError:
+        """`Checkpointer.failed`: an exception around a save, counted as a failed save."""
+        return self.checkpointer.failed(e)
+
     def save(self) -> bool:
         """`Checkpointer.save` (synchronous, at shutdown), numbered: same meaning and errors."""
         try:

@@ -27,6 +27,7 @@ atomic commit is SQLite's.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -237,6 +238,101 @@ class Store:
         finally:
             db.execute("COMMIT")
 
+    def verify(self, *, decode: bool = True) -> list[str]:
+        """The store's integrity problems, one line each; empty: sound.
+
+        Reads everything the store holds, on a connection of its own that writes nothing (safe
+        while an exporter writes the store, and without its lock): the engine's own check of
+        its files (SQLite: `PRAGMA integrity_check`: every page, every row, every key in
+        order), the format version (a store of another version is a problem; one that never
+        committed a checkpoint is sound and empty), and that `read()` decodes every row of the
+        last committed checkpoint. `decode=False` leaves that last part out, for a start that
+        decodes the store itself next (Checkpointer.load). A store that is absent is sound (no
+        checkpoint). Never raises for what it finds in the files; a file it cannot open is a
+        problem too."""
+        if not self.exists():
+            return []
+        try:
+            db = self._open_read_only()
+        except sqlite3.Error as e:
+            return [f"{self.path}: cannot be opened: {e}"]
+        try:
+            problems = [f"{self.path}: {row[0]}" for row in
+                        db.execute("PRAGMA integrity_check(100)") if row[0] != "ok"]
+            if problems or not _has_meta(db):  # else: no table yet, no checkpoint
+                return problems
+            version = db.execute("SELECT value FROM meta WHERE key = 'v'").fetchone()
+            if version is not None and version[0] != str(VERSION):
+                return [f"{self.path}: format version {version[0]}, this exporter reads "
+                        f"{VERSION}"]
+            if not decode:
+                return []
+            db.execute("BEGIN")
+            try:
+                _read(db)
+            finally:
+                db.execute("COMMIT")
+            return []
+        except sqlite3.Error as e:
+            return [f"{self.path}: {e}"]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # rows that decode not
+            return [f"{self.path}: undecodable checkpoint ({e.__class__.__name__}: {e})"]
+        finally:
+            db.close()
+
+    def backup(self, dest: Path) -> None:
+        """A consistent copy of the last committed checkpoint into the directory `dest` (made
+        if absent; it must hold no store), which opens as a normal store (`Store(dest / DB)`).
+
+        Safe while an exporter writes the store, and without its lock: the copy is one
+        snapshot (a commit under way is either wholly in it or not at all) and the writer is
+        never blocked for longer than the engine's own reads block it (SQLite: the online
+        backup API in one step, on a read-only connection; the WAL lets the writer go on).
+        The copy is durable (fsynced, with its directory) when this returns. Raises
+        FileNotFoundError when there is no store to copy, FileExistsError when `dest` holds
+        one, sqlite3.Error or OSError when it cannot be copied."""
+        if not self.exists():
+            raise FileNotFoundError(f"{self.path}: no store to back up")
+        target = Path(dest) / self.path.name
+        if target.exists():
+            raise FileExistsError(f"{target} exists")
+        Path(dest).mkdir(parents=True, exist_ok=True)
+        src = self._open_read_only()
+        try:
+            out = sqlite3.connect(target, isolation_level=None)
+            try:
+                src.backup(out)  # every page at once: one snapshot of the last commit
+                # One file, no -wal beside it: copied again as it is, it is still whole. The
+                # store's connection turns the WAL on again when it first opens it.
+                out.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                out.close()
+        finally:
+            src.close()
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fd = os.open(dest, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A connection that writes nothing to the store (it may make the WAL's index file
+        when no exporter has it open), for `verify` and `backup`."""
+        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
+                             check_same_thread=False)
+        try:
+            db.execute("PRAGMA temp_store=MEMORY")
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a bad header fails
+        except sqlite3.Error:
+            db.close()
+            raise
+        return db
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
@@ -291,13 +387,26 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
     return state
 
 
+def _has_meta(db: sqlite3.Connection) -> bool:
+    return db.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
+
+
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
     """The checkpoint in `state_dir` as plain data (the version-2 form), or None: for tests
-    and for an operator's look (the store is locked by no reader)."""
+    and for an operator's look (`state check`). Writes nothing (the store is locked by no
+    reader, and a copy being checked stays as it is)."""
     store = Store(Path(state_dir) / DB)
     if not store.exists():
         return None
+    db = store._open_read_only()
     try:
-        return store.read()
+        if not _has_meta(db):
+            return None
+        db.execute("BEGIN")  # one snapshot of the store for every SELECT
+        try:
+            return _read(db)
+        finally:
+            db.execute("COMMIT")
     finally:
-        store.close()
+        db.close()

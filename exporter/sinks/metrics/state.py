@@ -106,25 +106,35 @@ def row(name: str, s: Series | HistogramSeries) -> Row:
     return name, key, s.value, None
 
 
-def take_changes(families: list[AnyFamily]) -> tuple[list[Row], list[tuple[str, str]]]:
+def take_changes(families: list[AnyFamily], limit: int | None = None,
+                 ) -> tuple[list[Row], list[tuple[str, str]]]:
     """The rows of the series changed since the last call, and the keys of those removed;
-    from then on they count as stored. O(changes) (and the few families)."""
+    from then on they count as stored. O(changes) (and the few families). `limit`: of about
+    that many changes at most (the rest stay changed: a whole save takes them in slices)."""
     rows: list[Row] = []
     gone: list[tuple[str, str]] = []
     for fam in families:
         changed = fam.changed
         if not changed:
             continue
+        if limit is not None and len(rows) + len(gone) >= limit:
+            break
         name, series = fam.metric.name, fam.series
-        for values in dict.fromkeys(s.values for s in changed):
+        n = len(changed) if limit is None else limit - len(rows) - len(gone)
+        for values in dict.fromkeys(s.values for s in changed[:n]):
             s = series.get(values)
             if s is None or isinstance(s, CallbackSeries):
                 gone.append((name, json_text(list(values))))
             else:
                 s.kept = True
                 rows.append(row(name, s))
-        changed.clear()
+        del changed[:n]
     return rows, gone
+
+
+def changes_left(families: list[AnyFamily]) -> int:
+    """Changes `take_changes` would take now (counted with repeats)."""
+    return sum(len(fam.changed) for fam in families if fam.changed)
 
 
 def state_of_rows(rows: list[tuple[str, str | bytes, Any, str | bytes | None]],
