@@ -17,18 +17,24 @@ the event loop, in the order the saves were taken; `render_checkpointed` and `sa
 in place). Besides, a checkpoint is saved every `--checkpoint-interval` seconds and at
 shutdown. A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
 
-Each save writes only what changed since the last one, as one SQLite transaction (wiring/store.py):
-the model and the series record what they change as they go (O(1) per change: a set of unit
-ids per WorkloadLog, a list of changed series per family, the workloads that moved), and a save
-turns those into rows, so its work grows with the events since the last save, not with the
-fleet. The first save of a process that loaded no checkpoint (a fresh disk, --start-from head or
-earliest) replaces the whole store once. The model's state (pending events, units in flight,
-event clock) is part of it, so an interval that spans a restart (created before, ready after) is
-still measured.
+Each save writes only what changed since the last one, as one batch appended to the store's log
+(wiring/store.py): the model and the series record what they change as they go (O(1) per
+change: a set of unit ids per WorkloadLog, a list of changed series per family, the workloads
+that moved), and a save turns those into rows, so its work grows with the events since the last
+save, not with the fleet. The first save of a process that loaded no checkpoint (a fresh disk,
+--start-from head or earliest) replaces the whole store once. The model's state (pending
+events, units in flight, event clock) is part of it, so an interval that spans a restart
+(created before, ready after) is still measured.
 
-A checkpoint of version 1 or 2 (checkpoint.json, the whole state in one file) is loaded once and
-converted: the store is written whole, then the file is renamed checkpoint.json.converted (kept
-for an operator to delete; nothing reads it again). From then on the store is authoritative.
+A write that fails (a full disk, any error) fails its save and those waiting on it, but what it
+took is kept by the store and folded into the next write (a later row of a key wins), so each
+attempt costs what changed since the last durable save, in the writer thread, and the first
+write that succeeds makes all of it durable again.
+
+An older checkpoint (checkpoint.json of version 1 or 2, SQLite's state.db of version 3) is
+loaded once and converted: the store is written whole, then the old file is renamed *.converted
+(kept for an operator to delete; nothing reads it again). From then on the store is
+authoritative.
 
 A lock (flock) on the state directory keeps a second exporter from sharing it.
 
@@ -44,7 +50,6 @@ import fcntl
 import gc
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +72,7 @@ from exporter.sinks.metrics.state import (
 from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
 from exporter.wiring.events import Pipeline
+from exporter.wiring import store_v3
 from exporter.wiring.store import DB, VERSION, Changes, Store
 
 log = logging.getLogger(__name__)
@@ -75,7 +81,6 @@ FILE = "checkpoint.json"  # versions 1 and 2: converted into the store once
 CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
-_WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
 
 
 class CheckpointError(Exception):
@@ -94,6 +99,7 @@ class Checkpointer:
         self.dir = Path(state_dir)
         self.path = self.dir / FILE
         self.store = Store(self.dir / DB)
+        self.legacy = store_v3.Store(self.dir / store_v3.DB)  # version 3: converted once
         self.pipeline = pipeline
         self.metrics = metrics if metrics is not None else CheckpointMetrics(pipeline.registry)
         self.clock = clock
@@ -225,12 +231,13 @@ class Checkpointer:
     def save(self) -> bool:
         """Write what changed since the last save; True when something was written.
         Synchronous: returns once it is durable (with every save begun before it). Raises
-        CheckpointError when it cannot be written (the next save then replaces the store)."""
+        CheckpointError when it cannot be written (the store keeps what it took for the next
+        write)."""
         start = time.perf_counter()
         ch = self._prepare()
         try:
             self._writer().submit(self._write, ch).result()
-        except _WRITE_ERRORS as e:
+        except Exception as e:
             raise self._failed(e) from e
         return self._done(ch, start)
 
@@ -248,7 +255,7 @@ class Checkpointer:
                 # Shielded: cancelling the waiter (shutdown cancels the periodic save) would
                 # cancel the write itself while it is queued, and its changes are taken.
                 await asyncio.shield(asyncio.wrap_future(written))
-            except _WRITE_ERRORS as e:
+            except Exception as e:
                 raise self._failed(e) from e
             return self._done(ch, start)
 
@@ -259,30 +266,31 @@ class Checkpointer:
         try:
             self._lock()
             ch = self.changes()
-        except (OSError, TypeError, ValueError) as e:
+        except Exception as e:
+            self._synced = False  # taken in part: the next save writes everything
             raise self._failed(e) from e
-        self._synced = True  # a failed write undoes it (_failed), before any later save
-        if not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through:
+        self._synced = True
+        if (not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through
+                and self.store.unstored is None):
             return None
         return ch
 
     def _write(self, ch: Changes | None) -> None:
-        """The writer thread's part: one transaction, or (nothing changed) a check that every
-        save before it was written."""
-        if ch is None:
-            self.store.check()
-        else:
+        """The writer thread's part: one batch, or (nothing changed) the changes of a write
+        that failed before it, if any, written again."""
+        if ch is not None:
             self.store.write(ch)
+        elif self.store.unstored is not None:
+            self.store.write(Changes())
 
     def _writer(self) -> ThreadPoolExecutor:
-        # One thread, so saves are written in the order they were taken (sqlite3 leaves the
+        # One thread, so saves are written in the order they were taken (LevelDB leaves the
         # GIL while it writes and fsyncs).
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
         return self._pool
 
     def _failed(self, e: BaseException) -> CheckpointError:
-        self._synced = False  # what was taken is not stored: write everything next time
         self.metrics.saved("error")
         log.error("checkpoint not written", extra={
             "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
@@ -348,24 +356,31 @@ class Checkpointer:
             # Nothing is exposed yet: what was held at that save is held as of now.
             self.pipeline.registry.hold(self.held_at_save)
             self.save()
-            self._put_aside(converted=True)
+            self._put_aside(self.legacy.path if source == self.legacy.path else self.path,
+                            converted=True)
         n = len(state["workloads"])
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
         return n
 
     def _read(self) -> tuple[dict[str, Any] | None, Path]:
         state = None
-        if self.store.exists():
-            try:
-                state = self.store.read()
-            except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
-                raise CheckpointError(
-                    f"checkpoint {self.store.path} is unreadable ({e}); move it away and "
-                    "choose --start-from head or earliest") from e
-        if state is not None:
-            if self.path.exists():  # converted before a kill that came before the rename
-                self._put_aside(converted=False)
-            return state, self.store.path
+        for store in (self.store, self.legacy):
+            if store.exists():
+                try:
+                    state = store.read()
+                except Exception as e:
+                    raise CheckpointError(
+                        f"checkpoint {store.path} is unreadable ({e}); move it away and "
+                        "choose --start-from head or earliest") from e
+                finally:
+                    if store is self.legacy:
+                        store.close()
+            if state is not None:
+                if store is self.store:  # converted before a kill that came before the rename
+                    for old in (self.legacy.path, self.path):
+                        if old.exists():
+                            self._put_aside(old, converted=False)
+                return state, store.path
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -398,16 +413,20 @@ class Checkpointer:
             self.pipeline.traces.restore(state["traces"])
         return skipped
 
-    def _put_aside(self, converted: bool) -> None:
+    def _put_aside(self, path: Path, converted: bool) -> None:
+        """The old checkpoint renamed *.converted (SQLite's -wal and -shm with it)."""
         try:
-            os.replace(self.path, self.dir / CONVERTED)
+            for f in (path, path.with_name(path.name + "-wal"),
+                      path.with_name(path.name + "-shm")):
+                if f.exists():
+                    os.replace(f, f.with_name(f.name + ".converted"))
             _fsync_dir(self.dir)
         except OSError as e:
-            raise CheckpointError(f"cannot rename {self.path}: {e}") from e
-        log.warning("checkpoint.json converted into the store; the old file is kept as "
-                    f"{CONVERTED}, read by nothing, and may be deleted"
-                    if converted else f"checkpoint.json was converted before: moved to "
-                    f"{CONVERTED}", extra={"state_dir": str(self.dir)})
+            raise CheckpointError(f"cannot rename {path}: {e}") from e
+        log.warning(f"{path.name} converted into the store; the old file is kept as "
+                    f"{path.name}.converted, read by nothing, and may be deleted"
+                    if converted else f"{path.name} was converted before: moved to "
+                    f"{path.name}.converted", extra={"state_dir": str(self.dir)})
 
     def close(self) -> None:
         if self._pool is not None:

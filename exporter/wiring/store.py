@@ -1,93 +1,55 @@
-"""The checkpoint's store: one SQLite database in `--state-dir`, written in proportion to change.
+"""The checkpoint's store: a LevelDB (plyvel) in `--state-dir`/store, whose commit is an append.
 
-A checkpoint is one transaction holding only what changed since the last one (`Changes`): the
-units touched or gone, the rows of the workloads that moved (cursor, event clock, counts,
-sources, reason sets), the events that entered or left the wait behind a gap, the counter and
-histogram series that moved, the open traces touched and the spans held since. SQLite's
-write-ahead log makes the transaction atomic and durable (`synchronous=FULL`: the log is
-fsynced at each commit), so a process killed at any moment leaves the store at its last commit,
-never between two of its writes. Reading it back is a few bulk SELECTs (`read`), in the form the
-version-2 JSON checkpoint had, so both restore through one path.
+A checkpoint is one write batch holding only what changed since the last one (`Changes`: rows
+put or removed, keyed by kind and key), appended to LevelDB's log, checksummed and fsynced once;
+LevelDB folds the log into sorted, compressed tables in its own background thread (C++, without
+the GIL) and deletes the logs and tables it no longer needs. A restore opens it (the tables,
+then the log since, whose torn or corrupt tail is cut at the last whole batch) and reads every
+row (`read`), in the form the version-2 JSON checkpoint had, so every version restores through
+one path.
 
-Chosen over an append-only journal by measurement (`python -m bench.checkpoint`, 100,000 live
-units over 1,000 workloads, 1,000 events between two checkpoints, medians): the store takes
-26 ms a checkpoint, 7 ms of it on the event loop (taking what changed; the write runs in the
-checkpointer's writer thread), and writes 3.8 MB to the disk (mean); a journal of the same rows
-takes 8.5 ms and 0.36 MB; the whole-state file took 253 ms and 12.4 MB. The journal writes
-fewer bytes (a B-tree rewrites each 1 KiB page holding a changed row, and copies it back from
-the WAL later), but it grows until a compaction rewrites the whole state, which is the cost of
-the whole-state file again (250 ms of GIL-holding serialisation at 100k units, 1.7 s with
-traces, or a consistent copy of the model off the loop), a restore replays it since the last
-compaction, and its torn-record recovery would be ours to get right. The store needs no
-compaction, restores in one read of each table (415 ms against 769 ms for the file), and its
-atomic commit is SQLite's.
+Chosen by `python -m bench.checkpoint` (100k units, K=1,000 events between checkpoints, 1,000
+workloads): a batch takes ~4 ms and writes ~0.45 MB (log and compactions together) where SQLite
+took ~26 ms and ~3.8 MB; rocksdict writes the same bytes but holds the GIL through its write
+and fsync (a thread beside it ran 50 of ~1,400 ticks), which plyvel releases.
 """
 
 from __future__ import annotations
 
-import hashlib
-import sqlite3
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import orjson
+import plyvel
 
 from exporter.sinks.metrics.state import state_of_rows
 
-DB = "state.db"
-# Small pages: a checkpoint rewrites each page holding a changed row, and changed units are
-# spread over the whole table (bench/checkpoint.py: 1 KiB pages write about half the bytes of
-# 4 KiB ones at K=1000 events, with the same time per checkpoint and restore).
-PAGE_SIZE = 1024
-# Pages the WAL holds before they are copied into the database: a page changed by several
-# checkpoints in between is copied once (2.9 MB a checkpoint at 1,000 pages, 1.9 MB at 10,000,
-# amortised over 30 checkpoints of 1,000 events at 100k units; the WAL stays under ~10 MiB).
-WAL_PAGES = 10_000
-# SQLite's page cache: a checkpoint's rows are spread over the whole store, and SQLite's
-# default 2 MiB holds a fifth of it at 100k units (a write of 1,000 events took 31 ms; 16.5 ms
-# with 16 MiB, which holds all of it without traces).
-CACHE_KIB = 16_000
-VERSION = 3  # the checkpoint format: 1 and 2 were checkpoint.json, converted once on load
+DB = "store"  # the LevelDB's directory in the state dir
+VERSION = 4  # the checkpoint format: 1 and 2 were checkpoint.json, 3 SQLite's state.db
+# The memtable: the log grows to this before LevelDB writes it out as a table, so a row changed
+# several times in between is written to a table once (~14 s of changes at 1,000 events/s; the
+# state dir holds at most about this much log beside the tables).
+MEMTABLE = 8 << 20
+TABLE_FILE = 4 << 20  # LevelDB's table files (its default, 2 MiB, makes twice the files)
+_VKEY = b"\x00v"  # the store's format version (no kind's prefix starts with \0)
 
-_TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS workloads(name TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS units(
-    workload TEXT, uid TEXT, created INTEGER, ready INTEGER, started INTEGER, alloc INTEGER,
-    drain INTEGER, reason TEXT, last TEXT, PRIMARY KEY(workload, uid)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pending(
-    workload TEXT, seq INTEGER, event TEXT, PRIMARY KEY(workload, seq)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS series(
-    id INTEGER PRIMARY KEY, family TEXT, labels TEXT, value, hist TEXT);
-CREATE TABLE IF NOT EXISTS traces(
-    id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL);
-"""
 
-# (statement, the Changes field whose rows it takes), in the order written: removals first,
-# so a series removed and made again in one interval ends as its new row.
-#
-# Series and open traces have rows of a few hundred bytes: in a WITHOUT ROWID table (an index
-# B-tree) a row over about a quarter of a 1 KiB page spills to an overflow page of its own, so
-# they live in rowid tables (a row fits up to 989 bytes) keyed by a 63-bit hash of their key
-# (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
-_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone"})
-_WRITES = (
-    ("DELETE FROM units WHERE workload = ? AND uid = ?", "units_gone"),
-    ("DELETE FROM pending WHERE workload = ? AND seq = ?", "pending_gone"),
-    ("DELETE FROM series WHERE id = ?", "series_gone"),
-    ("DELETE FROM traces WHERE id = ?", "traces_gone"),
-    ("INSERT OR REPLACE INTO workloads VALUES (?, ?)", "workloads"),
-    ("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", "units"),
-    ("INSERT OR REPLACE INTO pending VALUES (?, ?, ?)", "pending"),
-    ("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?)", "series"),
-    ("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", "traces"),
-    ("INSERT OR REPLACE INTO spans VALUES (?, ?)", "spans"),
-    ("INSERT OR REPLACE INTO meta VALUES (?, ?)", "meta"),
-)
+def rows(key: int) -> Any:
+    """A kind of row in `Changes`: tuples whose first `key` fields are its key (a later row of
+    that key replaces it). Declaring the field is all it takes for the store to write, merge
+    and read it back (`read()["rows"][name]` for a kind `read` does not assemble itself)."""
+    return field(default_factory=list, metadata={"key": key})
+
+
+def gone(kind: str) -> Any:
+    """The keys of `kind`'s rows removed (a tuple of its key fields each)."""
+    return field(default_factory=list, metadata={"gone": kind})
 
 
 @dataclass
@@ -95,143 +57,271 @@ class Changes:
     """The rows of one checkpoint. `full`: the store is replaced (a first save, a conversion)."""
 
     full: bool = False
-    workloads: list[tuple[str, str]] = field(default_factory=list)
-    units: list[tuple[Any, ...]] = field(default_factory=list)
-    units_gone: list[tuple[str, str]] = field(default_factory=list)
-    pending: list[tuple[str, int, str | None]] = field(default_factory=list)
-    pending_gone: list[tuple[str, int]] = field(default_factory=list)
-    series: list[tuple[str, str, float | None, str | None]] = field(default_factory=list)
-    series_gone: list[tuple[str, str]] = field(default_factory=list)
-    traces: list[tuple[str, str, str]] = field(default_factory=list)
-    traces_gone: list[tuple[str, str]] = field(default_factory=list)
-    spans: list[tuple[int, str]] = field(default_factory=list)
+    workloads: list[tuple[str, str]] = rows(key=1)
+    units: list[tuple[Any, ...]] = rows(key=2)
+    units_gone: list[tuple[str, str]] = gone("units")
+    pending: list[tuple[str, int, str | None]] = rows(key=2)
+    pending_gone: list[tuple[str, int]] = gone("pending")
+    series: list[tuple[str, str, float | None, str | None]] = rows(key=2)
+    series_gone: list[tuple[str, str]] = gone("series")
+    traces: list[tuple[str, str, str]] = rows(key=2)
+    traces_gone: list[tuple[str, str]] = gone("traces")
+    spans: list[tuple[int, str]] = rows(key=1)
+    meta: list[tuple[str, str]] = rows(key=1)
     spans_through: int = 0  # stored spans up to this serial are handled: they go
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
-    meta: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self) -> int:
         """Rows written or removed."""
-        return sum(len(getattr(self, f)) for _, f in _WRITES)
+        return sum(len(getattr(self, f)) for f, _, _ in _KINDS)
 
     def size(self) -> int:
         """Bytes of the rows written: their text and blob fields, 8 per number."""
-        return sum(_size(r) for _, f in _WRITES for r in getattr(self, f))
+        return sum(_size(r) for f, _, _ in _KINDS for r in getattr(self, f))
 
 
-def _id(a: str, b: str | bytes) -> int:
-    """A row's id in a hashed table: 63 bits of its key's BLAKE2b."""
-    key = a.encode() + b"\0" + (b if isinstance(b, bytes) else b.encode())
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
-
-
-def _key(row: Sequence[Any]) -> tuple[Any, Any]:
-    return row[0], row[1] if len(row) > 1 else 0
+# (field, kind, key length: None for a field of removed keys), removals first: a row removed
+# and made again in one interval ends as its new row.
+_KINDS: list[tuple[str, str, int | None]] = sorted(
+    ((f.name, f.metadata.get("gone", f.name), f.metadata.get("key"))
+     for f in fields(Changes) if "key" in f.metadata or "gone" in f.metadata),
+    key=lambda k: k[2] is not None)
+_KEYS = {kind: n for _, kind, n in _KINDS if n is not None}
+_PREFIX = {kind: kind.encode() + b"\0" for kind in _KEYS}
+_KIND_OF = {p: kind for kind, p in _PREFIX.items()}
 
 
 def _size(row: Sequence[Any]) -> int:
     return sum(len(v) if isinstance(v, str | bytes) else 8 for v in row)
 
 
+def _key(kind: str, key: Sequence[Any]) -> bytes:
+    """A row's key: its kind, then each key field (numbers big-endian, so that the spans of a
+    kind sort by serial and the pending events of a workload by seq)."""
+    out = [_PREFIX[kind]]
+    for v in key:
+        if isinstance(v, int):
+            out.append(b"\x01" + (v + (1 << 63)).to_bytes(8, "big"))
+        else:
+            b = v.encode() if isinstance(v, str) else bytes(v)
+            out.append(b"\x02" + len(b).to_bytes(4, "big") + b)
+    return b"".join(out)
+
+
+class Unstored:
+    """What was taken and not stored yet: a key's latest row (None: removed) wins."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.ops: dict[bytes, bytes | None] = {}
+        self.spans_through = 0
+
+    def add(self, changes: Changes) -> None:
+        if changes.full:  # everything: what came before it is in it
+            self.full, self.ops = True, {}
+        ops, dumps = self.ops, orjson.dumps
+        for name, kind, n in _KINDS:
+            if n is None:
+                for k in getattr(changes, name):
+                    ops[_key(kind, k)] = None
+            else:
+                for r in getattr(changes, name):
+                    ops[_key(kind, r[:n])] = dumps(r)
+        self.spans_through = max(self.spans_through, changes.spans_through)
+
+
 class Store:
-    """The database, opened on first use; used by one thread at a time."""
+    """The LevelDB, opened on first use; used by one thread at a time."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self.spans_through = 0  # the last `spans_through` applied
-        self.broken = False  # the last write failed
+        self._db: plyvel.DB | None = None
+        self.spans_through = 0  # the last `spans_through` stored
+        self.unstored: Unstored | None = None  # taken by failed writes, folded into the next
 
     def exists(self) -> bool:
-        return self.path.exists()
+        return (self.path / "CURRENT").exists()
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> plyvel.DB:
         if self._db is None:
-            # Written from the checkpointer's writer thread, read at start: one at a time.
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            try:
-                db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table only
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=FULL")
-                db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
-                db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-                db.execute("PRAGMA temp_store=MEMORY")  # no temp files: the root is read-only
-                db.executescript(_SCHEMA)
-            except sqlite3.Error:
-                db.close()
-                raise
-            self._db = db
+            self._db = _open(self.path)
         return self._db
 
-    def check(self) -> None:
-        """Raises when the last write failed: what was taken since is not all stored."""
-        if self.broken:
-            raise sqlite3.OperationalError("an earlier checkpoint was not written")
-
     def write(self, changes: Changes) -> None:
-        """One transaction: all of `changes`, or (killed, or failing) none of them. After a
-        failure only a whole write (`full`) is taken: the changes of the writes between would
-        miss the failed one's."""
-        if not changes.full:
-            self.check()
-        self.broken = True
-        db = self._open()
-        db.execute("BEGIN IMMEDIATE")
+        """One batch: all of `changes` and of the writes that failed before it, or (killed, or
+        failing) none of them; a failed write's changes are kept for the next one."""
+        pending = self.unstored or Unstored()
+        pending.add(changes)
+        self.unstored = pending
         try:
-            if changes.full:
-                for t in _TABLES:
-                    self._run(f"DELETE FROM {t}", [()])
-                self._run("INSERT INTO meta VALUES ('v', ?)", [(str(VERSION),)])
-            for sql, name in _WRITES:
-                rows = getattr(changes, name)
-                if rows and name in _HASHED:
-                    rows = [(_id(r[0], r[1]), *r[2:]) if name.endswith("_gone")
-                            else (_id(r[0], r[1]), *r) for r in rows]
-                if rows:
-                    if changes.full:  # in key order: appended to each table's B-tree
-                        rows.sort(key=_key)
-                    self._run(sql, rows)
-            if changes.spans_through > self.spans_through:
-                self._run("DELETE FROM spans WHERE serial <= ?", [(changes.spans_through,)])
-            db.execute("COMMIT")
+            self._commit(pending)
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self.close()  # LevelDB refuses every write after a failed one: open it again
             raise
-        self.spans_through = max(self.spans_through, changes.spans_through)
-        self.broken = False
+        self.unstored = None
+        self.spans_through = max(self.spans_through, pending.spans_through)
 
-    def _run(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """One statement over its rows (a test kills the process between two of these)."""
-        assert self._db is not None
-        self._db.executemany(sql, rows)
+    def _commit(self, pending: Unstored) -> None:
+        db = self._open()
+        batch = db.write_batch(sync=True)
+        ops = pending.ops
+        if pending.full:
+            for k in db.iterator(include_value=False):
+                if k not in ops:
+                    batch.delete(k)
+            batch.put(_VKEY, str(VERSION).encode())
+        spans = _PREFIX["spans"]
+        through = _key("spans", (pending.spans_through,))
+        if pending.spans_through > self.spans_through or pending.full:
+            for k in db.iterator(start=spans, stop=through + b"\0", include_value=False):
+                batch.delete(k)
+        for k, v in ops.items():
+            if v is None or (k.startswith(spans) and k <= through):
+                batch.delete(k)
+            else:
+                batch.put(k, v)
+        self._append(batch)
+
+    def _append(self, batch: Any) -> None:
+        """The commit: the batch appended to the log and fsynced (a test kills it here)."""
+        batch.write()
 
     def read(self) -> dict[str, Any] | None:
-        """The stored state in the version-2 checkpoint's form (with "v": 3); None when the
-        store holds no checkpoint (never committed one)."""
+        """The stored state in the version-2 checkpoint's form (with "v": 4, and "rows": the
+        rows of the kinds it does not assemble, by kind); None when the store holds no
+        checkpoint (never committed one)."""
         db = self._open()
-        db.execute("BEGIN")  # one snapshot of the store for every SELECT
+        with db.snapshot() as snap:
+            return _read(snap)
+
+    def verify(self) -> list[str]:
+        """Integrity problems found (empty when sound): every row read with its checksums, its
+        kind, key and format version checked. Works beside a running exporter (on a copy)."""
+        if not self.exists():
+            return [f"{self.path}: no store"]
         try:
-            return _read(db)
+            with self._reader() as db:
+                return _verify(db)
+        except Exception as e:  # noqa: BLE001 - whatever it is, it is the answer
+            return [f"{self.path}: cannot be read: {e.__class__.__name__}: {e}"]
+
+    def backup(self, dest: Path) -> None:
+        """A consistent copy of the committed state into the empty directory `dest`, usable as
+        a `--state-dir` (it holds `store`); safe while an exporter writes: a copy of the files
+        (the tables hard-linked where it can), opened once so that its log is recovered to a
+        whole commit, then checked."""
+        dest.mkdir(parents=True, exist_ok=True)
+        if any(dest.iterdir()):
+            raise ValueError(f"{dest} is not empty")
+        target = dest / DB
+        _copy(self.path, target)
+        db = _open(target)
+        try:
+            problems = _verify(db)
         finally:
-            db.execute("COMMIT")
+            db.close()
+        if problems:
+            shutil.rmtree(target, ignore_errors=True)
+            raise ValueError("; ".join(problems))
+        for f in target.iterdir():
+            _fsync(f)
+        _fsync(target)
+        _fsync(dest)
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[plyvel.DB]:
+        """The open store: this one's, or (an exporter holds it) an opened copy."""
+        if self._db is not None:
+            yield self._db
+            return
+        try:
+            db = _open(self.path, create=False)
+        except plyvel.IOError:  # locked: an exporter holds it
+            with tempfile.TemporaryDirectory(prefix=".copy-", dir=self.path.parent) as tmp:
+                copy = Path(tmp) / DB
+                _copy(self.path, copy)
+                db = _open(copy, create=False)
+                try:
+                    yield db
+                finally:
+                    db.close()
+            return
+        try:
+            yield db
+        finally:
+            db.close()
 
     def close(self) -> None:
         if self._db is not None:
-            self._db.close()
+            with contextlib.suppress(Exception):
+                self._db.close()
             self._db = None
 
 
-def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
+def _open(path: Path, create: bool = True) -> plyvel.DB:
+    return plyvel.DB(str(path), create_if_missing=create, write_buffer_size=MEMTABLE,
+                     max_file_size=TABLE_FILE, compression="snappy", paranoid_checks=False)
+
+
+def _copy(src: Path, dst: Path, attempts: int = 10) -> None:
+    """A copy of a LevelDB that another process may be writing: its logs first (a commit
+    appended meanwhile is cut at the last whole one when the copy opens), then CURRENT and the
+    manifest it names, then the tables (immutable: hard-linked where the file system allows).
+    A table removed by a compaction meanwhile makes the copy fail: it is taken again."""
+    for attempt in range(attempts):
+        shutil.rmtree(dst, ignore_errors=True)
+        dst.mkdir(parents=True)
+        try:
+            for f in sorted(src.glob("*.log")):
+                shutil.copyfile(f, dst / f.name)
+            current = (src / "CURRENT").read_bytes()
+            manifest = current.decode().strip()
+            shutil.copyfile(src / manifest, dst / manifest)
+            (dst / "CURRENT").write_bytes(current)
+            for f in src.iterdir():
+                if f.suffix in (".ldb", ".sst"):
+                    try:
+                        os.link(f, dst / f.name)
+                    except OSError:
+                        shutil.copyfile(f, dst / f.name)
+            db = _open(dst, create=False)  # every table the manifest names is there
+            db.close()
+            return
+        except (FileNotFoundError, plyvel.CorruptionError):
+            if attempt == attempts - 1:
+                raise
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(db: Any) -> dict[str, Any] | None:
+    """Every row, assembled into the version-2 form."""
     loads = orjson.loads
-    meta = {k: loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-    if meta.get("v") != VERSION:
-        if "v" in meta:
-            raise ValueError(f"unsupported store version {meta['v']!r}")
+    version = db.get(_VKEY)
+    if version is None:
+        if next(db.iterator(include_value=False), None) is not None:
+            raise ValueError("a store without a format version")
         return None
+    if int(version) != VERSION:
+        raise ValueError(f"unsupported store version {version.decode()!r}")
+    got: dict[str, list[Any]] = {kind: [] for kind in _KEYS}
+    kind_of = _KIND_OF
+    for k, v in db.iterator(start=b"\x01"):
+        kind = kind_of.get(k[:k.index(b"\0") + 1])
+        if kind is None:
+            raise ValueError(f"a row of an unknown kind {k[:40]!r}")
+        got[kind].append(loads(v))
+    meta = {k: loads(v) for k, v in got.pop("meta")}
     workloads: dict[str, Any] = {}
     trace_expired: dict[str, int] = {}
-    for name, raw in db.execute("SELECT name, state FROM workloads"):
+    for name, raw in got.pop("workloads"):
         row = loads(raw)
         if "trace_expired" in row:
             trace_expired[name] = row.pop("trace_expired")
@@ -244,34 +334,66 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
             entry["cursor"], entry["log"] = row["next"] - 1, row
             workloads[name] = entry
     logs = {w: e["log"] for w, e in workloads.items()}
-    for w, uid, c, r, s, a, d, why, last in db.execute("SELECT * FROM units"):
+    for w, uid, c, r, s, a, d, why, last in got.pop("units"):
         logs[w]["units"][uid] = [c, bool(r), bool(s), a, d, why, last]
-    for w, seq, ev in db.execute("SELECT * FROM pending ORDER BY workload, seq"):
+    for w, seq, ev in got.pop("pending"):  # in key order: by seq within a workload
         logs[w]["pending"].append([seq, None if ev is None else loads(ev)])
     state: dict[str, Any] = {
-        "v": VERSION, "workloads": workloads,
-        "metrics": state_of_rows(
-            db.execute("SELECT family, labels, value, hist FROM series").fetchall())}
+        "v": VERSION, "workloads": workloads, "metrics": state_of_rows(got.pop("series"))}
+    traces, spans = got.pop("traces"), got.pop("spans")
     if "traces" in meta:
         builders: dict[str, Any] = {
             w: {"v": 1, "expired": n, "units": {}} for w, n in trace_expired.items()}
-        for w, uid, raw in db.execute("SELECT workload, uid, state FROM traces"):
+        for w, uid, raw in traces:
             builders[w]["units"][uid] = loads(raw)
         t = meta["traces"]
-        spans = [[serial, loads(raw)] for serial, raw in
-                 db.execute("SELECT * FROM spans ORDER BY serial")]
+        spans = [[serial, loads(raw)] for serial, raw in spans]  # in key order: by serial
         outbox = None if t.get("next") is None else {"next": t["next"], "spans": spans}
         state["traces"] = {"builders": builders, "outbox": outbox, "stats": t["stats"]}
+    if any(got.values()):  # kinds assembled by their readers (Checkpointer._restore)
+        state["rows"] = got
     return state
+
+
+def _verify(db: Any) -> list[str]:
+    problems: list[str] = []
+    try:
+        version = db.get(_VKEY, verify_checksums=True)
+        if version is None:
+            problems.append("no format version: the store holds no checkpoint")
+        elif version != str(VERSION).encode():
+            problems.append(f"format version {version.decode()!r}, this exporter reads {VERSION}")
+        for k, v in db.iterator(start=b"\x01", verify_checksums=True, fill_cache=False):
+            kind = _KIND_OF.get(k[:k.index(b"\0") + 1]) if b"\0" in k else None
+            if kind is None:
+                problems.append(f"a row of an unknown kind: {k[:40]!r}")
+                continue
+            try:
+                row = orjson.loads(v)
+                ok = isinstance(row, list) and _key(kind, row[:_KEYS[kind]]) == k
+            except (ValueError, TypeError, AttributeError):
+                ok = False
+            if not ok:
+                problems.append(f"a {kind} row that does not match its key: {k[:60]!r}")
+            if len(problems) > 100:
+                problems.append("... (more not listed)")
+                break
+    except plyvel.Error as e:
+        problems.append(f"{e.__class__.__name__}: {e}")
+    return problems
 
 
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
     """The checkpoint in `state_dir` as plain data (the version-2 form), or None: for tests
-    and for an operator's look (the store is locked by no reader)."""
+    and for an operator's look (beside a running exporter it reads a copy). A state dir not
+    converted yet is read as its version-3 `state.db`."""
     store = Store(Path(state_dir) / DB)
     if not store.exists():
-        return None
+        from exporter.wiring.store_v3 import read_state as read_v3
+
+        return read_v3(state_dir)
     try:
-        return store.read()
+        with store._reader() as db, db.snapshot() as snap:
+            return _read(snap)
     finally:
         store.close()
