@@ -12,8 +12,8 @@ import asyncio
 import os
 import random
 import signal
-import threading
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path

@@ -71,8 +71,8 @@ from exporter.sinks.metrics.state import (
 )
 from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
-from exporter.wiring.events import Pipeline
 from exporter.wiring import store_v3
+from exporter.wiring.events import Pipeline
 from exporter.wiring.store import DB, VERSION, Changes, Store
 
 log = logging.getLogger(__name__)

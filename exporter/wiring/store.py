@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import plyvel
+import plyvel  # type: ignore[import-untyped]  # no stubs: wrapped here only
 
 from exporter.sinks.metrics.state import state_of_rows
 
@@ -40,16 +40,20 @@ TABLE_FILE = 4 << 20  # LevelDB's table files (its default, 2 MiB, makes twice t
 _VKEY = b"\x00v"  # the store's format version (no kind's prefix starts with \0)
 
 
-def rows(key: int) -> Any:
-    """A kind of row in `Changes`: tuples whose first `key` fields are its key (a later row of
-    that key replaces it). Declaring the field is all it takes for the store to write, merge
-    and read it back (`read()["rows"][name]` for a kind `read` does not assemble itself)."""
-    return field(default_factory=list, metadata={"key": key})
+def key(n: int) -> dict[str, int]:
+    """A kind of row in `Changes` (its field's metadata): tuples whose first `n` fields are its
+    key (a later row of that key replaces it). Declaring the field is all it takes for the store
+    to write, merge and read it back (`read()["rows"][name]` for a kind `read` does not
+    assemble itself)."""
+    return {"key": n}
 
 
-def gone(kind: str) -> Any:
+def gone(kind: str) -> dict[str, str]:
     """The keys of `kind`'s rows removed (a tuple of its key fields each)."""
-    return field(default_factory=list, metadata={"gone": kind})
+    return {"gone": kind}
+
+
+SeriesRow = tuple[str, str, float | None, str | None]  # family, labels, value, histogram
 
 
 @dataclass
@@ -57,17 +61,17 @@ class Changes:
     """The rows of one checkpoint. `full`: the store is replaced (a first save, a conversion)."""
 
     full: bool = False
-    workloads: list[tuple[str, str]] = rows(key=1)
-    units: list[tuple[Any, ...]] = rows(key=2)
-    units_gone: list[tuple[str, str]] = gone("units")
-    pending: list[tuple[str, int, str | None]] = rows(key=2)
-    pending_gone: list[tuple[str, int]] = gone("pending")
-    series: list[tuple[str, str, float | None, str | None]] = rows(key=2)
-    series_gone: list[tuple[str, str]] = gone("series")
-    traces: list[tuple[str, str, str]] = rows(key=2)
-    traces_gone: list[tuple[str, str]] = gone("traces")
-    spans: list[tuple[int, str]] = rows(key=1)
-    meta: list[tuple[str, str]] = rows(key=1)
+    workloads: list[tuple[str, str]] = field(default_factory=list, metadata=key(1))
+    units: list[tuple[Any, ...]] = field(default_factory=list, metadata=key(2))
+    units_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("units"))
+    pending: list[tuple[str, int, str | None]] = field(default_factory=list, metadata=key(2))
+    pending_gone: list[tuple[str, int]] = field(default_factory=list, metadata=gone("pending"))
+    series: list[SeriesRow] = field(default_factory=list, metadata=key(2))
+    series_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("series"))
+    traces: list[tuple[str, str, str]] = field(default_factory=list, metadata=key(2))
+    traces_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("traces"))
+    spans: list[tuple[int, str]] = field(default_factory=list, metadata=key(1))
+    meta: list[tuple[str, str]] = field(default_factory=list, metadata=key(1))
     spans_through: int = 0  # stored spans up to this serial are handled: they go
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
@@ -203,7 +207,7 @@ class Store:
         try:
             with self._reader() as db:
                 return _verify(db)
-        except Exception as e:  # noqa: BLE001 - whatever it is, it is the answer
+        except Exception as e:
             return [f"{self.path}: cannot be read: {e.__class__.__name__}: {e}"]
 
     def backup(self, dest: Path) -> None:
