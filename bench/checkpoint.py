@@ -172,7 +172,7 @@ class _Both:
         p0 = _wchar("self")
         write, wbytes, _ = measured(lambda: self.cp.store.write(ch))
         out["leveldb"] = (write, wbytes)
-        self.cp._done(ch, time.perf_counter())
+        self.cp._done(ch, time.perf_counter(), (ch.rows(), ch.size()))
         sql, sbytes, _ = measured(lambda: self.sqlite.write(ch))
         out["sqlite"] = (sql, sbytes)
         out["background"] = (0.0, _wchar("self") - p0 - wbytes - sbytes)  # LevelDB's thread

@@ -15,6 +15,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from exporter.wiring.checkpoint import Checkpointer
+from exporter.wiring.events import Pipeline
+from exporter.wiring.store import DB, Store
 from tests.serving import Feed, Serve, scrape
 from tests.simlogs import assert_matches_truth, finite_logs, value
 from zaroz_sim.config import SimConfig
@@ -70,6 +73,17 @@ async def _caught_up(url: str, fed: dict[str, int], timeout: float = 60.0) -> di
             await asyncio.sleep(0.1)
 
 
+def _whole_save_bytes(state_dir: Path, copy: Path) -> int:
+    """The bytes of a save of the whole stored state (`Changes.size`), from a backup."""
+    Store(state_dir / DB).backup(copy)
+    cp = Checkpointer(copy, Pipeline())
+    cp.load()
+    cp._synced = False  # as after a start without a checkpoint: the next save is whole
+    size = cp.changes().size()
+    cp.close()
+    return size
+
+
 async def test_a_full_state_disk_fails_scrapes_then_recovers_durability_exactly(tmp_path: Path):
     logs, truth = finite_logs(seed=21, workloads=2, seconds=200, rate=0.7)
     route = RouteServer(SimConfig(workloads=2).workload_list())
@@ -78,13 +92,13 @@ async def test_a_full_state_disk_fails_scrapes_then_recovers_durability_exactly(
     with _small_disk(tmp_path / "disk", "6m") as disk:
         serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
                       "--wait", "1", "--state-dir", str(disk / "state"),
-                      "--checkpoint-interval", "0.3")
+                      "--checkpoint-interval", "0")  # a save at each scrape only
         try:
             feed.to(0.3)
             await serve.start()
             before = await _caught_up(serve.url, feed.fed)
             filler = _fill(disk)
-            feed.to(0.6)  # applied, but no save can be made durable
+            feed.to(0.32)  # applied, but no save can be made durable
             refused, worst = 0, 0.0
             deadline = time.monotonic() + 30
             async with aiohttp.ClientSession() as s:
@@ -97,6 +111,13 @@ async def test_a_full_state_disk_fails_scrapes_then_recovers_durability_exactly(
                     await asyncio.sleep(0.05)
             assert worst < 1.0  # the loop is not held by the failing saves
             filler.unlink()  # space again: the next save makes it all durable
+            async with aiohttp.ClientSession() as s:
+                assert (await _status(serve.url + "/metrics", s))[0] == 200
+                recovered = await scrape(serve.url, s)  # shows that save's bytes
+            assert recovered is not None
+            # It wrote what changed since the last durable save, not the whole state again.
+            whole = _whole_save_bytes(disk / "state", tmp_path / "copy")
+            assert value(recovered, "zaroz_checkpoint_bytes") < 0.8 * whole
             feed.to(1.0)
             final = await _caught_up(serve.url, feed.fed)
             assert assert_matches_truth(final, truth, list(logs)) > 100

@@ -236,10 +236,10 @@ class Checkpointer:
         start = time.perf_counter()
         ch = self._prepare()
         try:
-            self._writer().submit(self._write, ch).result()
+            written = self._writer().submit(self._write, ch).result()
         except Exception as e:
             raise self._failed(e) from e
-        return self._done(ch, start)
+        return self._done(ch, start, written)
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]:
         """`save` in two halves: what changed is taken now, on the caller's thread (O(changes),
@@ -254,10 +254,10 @@ class Checkpointer:
             try:
                 # Shielded: cancelling the waiter (shutdown cancels the periodic save) would
                 # cancel the write itself while it is queued, and its changes are taken.
-                await asyncio.shield(asyncio.wrap_future(written))
+                rows = await asyncio.shield(asyncio.wrap_future(written))
             except Exception as e:
                 raise self._failed(e) from e
-            return self._done(ch, start)
+            return self._done(ch, start, rows)
 
         return durable
 
@@ -275,13 +275,14 @@ class Checkpointer:
             return None
         return ch
 
-    def _write(self, ch: Changes | None) -> None:
+    def _write(self, ch: Changes | None) -> tuple[int, int]:
         """The writer thread's part: one batch, or (nothing changed) the changes of a write
-        that failed before it, if any, written again."""
+        that failed before it, if any, written again; the rows and bytes written."""
         if ch is not None:
-            self.store.write(ch)
-        elif self.store.unstored is not None:
-            self.store.write(Changes())
+            return self.store.write(ch)
+        if self.store.unstored is not None:
+            return self.store.write(Changes())
+        return 0, 0
 
     def _writer(self) -> ThreadPoolExecutor:
         # One thread, so saves are written in the order they were taken (LevelDB leaves the
@@ -296,14 +297,14 @@ class Checkpointer:
             "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
         return CheckpointError(f"cannot write checkpoint in {self.dir}: {e}")
 
-    def _done(self, ch: Changes | None, start: float) -> bool:
-        if ch is None:
-            self.last_rows = 0
+    def _done(self, ch: Changes | None, start: float, written: tuple[int, int]) -> bool:
+        """`written`: the rows and bytes the store wrote (with those of failed writes before)."""
+        self.last_rows, size = written
+        if ch is None and not self.last_rows:
             self.metrics.saved("unchanged")
             return False
-        self.last_rows = ch.rows()
-        self.metrics.saved("written", self.clock(), time.perf_counter() - start, ch.size())
-        if self.pipeline.traces is not None:  # the spans it holds may leave now
+        self.metrics.saved("written", self.clock(), time.perf_counter() - start, size)
+        if ch is not None and self.pipeline.traces is not None:  # its spans may leave now
             self.pipeline.traces.saved(ch.held_through)
         return True
 

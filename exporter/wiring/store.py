@@ -118,10 +118,13 @@ class Unstored:
         self.full = False
         self.ops: dict[bytes, bytes | None] = {}
         self.spans_through = 0
+        self.rows = self.size = 0  # of every Changes added (a key written twice counts twice)
 
     def add(self, changes: Changes) -> None:
         if changes.full:  # everything: what came before it is in it
-            self.full, self.ops = True, {}
+            self.full, self.ops, self.rows, self.size = True, {}, 0, 0
+        self.rows += changes.rows()
+        self.size += changes.size()
         ops, dumps = self.ops, orjson.dumps
         for name, kind, n in _KINDS:
             if n is None:
@@ -150,9 +153,10 @@ class Store:
             self._db = _open(self.path)
         return self._db
 
-    def write(self, changes: Changes) -> None:
+    def write(self, changes: Changes) -> tuple[int, int]:
         """One batch: all of `changes` and of the writes that failed before it, or (killed, or
-        failing) none of them; a failed write's changes are kept for the next one."""
+        failing) none of them; a failed write's changes are kept for the next one. Returns the
+        rows and bytes written (`Changes.rows`, `.size`), those folded in included."""
         pending = self.unstored or Unstored()
         pending.add(changes)
         self.unstored = pending
@@ -163,6 +167,7 @@ class Store:
             raise
         self.unstored = None
         self.spans_through = max(self.spans_through, pending.spans_through)
+        return pending.rows, pending.size
 
     def _commit(self, pending: Unstored) -> None:
         db = self._open()
