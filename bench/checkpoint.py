@@ -31,6 +31,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -162,6 +163,7 @@ class _Both:
 
     def __init__(self, cp: Checkpointer, sqlite: store_v3.Store) -> None:
         self.cp, self.sqlite = cp, sqlite
+        self.history: list[Changes] = []  # every checkpoint's rows, for the candidates
 
     def save(self) -> tuple[Changes, dict[str, tuple[float, int]]]:
         """One checkpoint: (its rows, {part: (seconds, bytes)})."""
@@ -176,7 +178,95 @@ class _Both:
         sql, sbytes, _ = measured(lambda: self.sqlite.write(ch))
         out["sqlite"] = (sql, sbytes)
         out["background"] = (0.0, _wchar("self") - p0 - wbytes - sbytes)  # LevelDB's thread
+        self.history.append(ch)
         return ch, out
+
+
+def _ticks_beside(fn: Callable[[], Any]) -> tuple[int, float]:
+    """Run fn while a thread beside it wakes every 0.25 ms: (its wake-ups during fn, fn's
+    seconds). A call that holds the GIL leaves it few (the event loop is held as long)."""
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            time.sleep(0.00025)
+            ticks.append(time.perf_counter())
+
+    t = threading.Thread(target=tick)
+    t.start()
+    time.sleep(0.002)
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter()
+    stop.set()
+    t.join()
+    return sum(1 for x in ticks if t0 < x < t1), t1 - t0
+
+
+def rocksdict_candidate(history: list[Changes], stream_from: int, streamed: int,
+                        row_bytes: int, root: Path, workloads: int) -> list[list[str]]:
+    """The same checkpoints replayed into RocksDB (rocksdict, when installed: not a
+    dependency) configured as the LevelDB is (8 MiB memtable, synced WAL), alone in the process:
+    bytes per streamed event, and how much of a write the GIL is free beside it, LevelDB's
+    write measured the same way on the same batches."""
+    try:
+        import plyvel
+        import rocksdict
+    except ImportError:
+        return [[f"{workloads}", "candidate", "rocksdict", "not installed", "", ""]]
+    from exporter.wiring.store import MEMTABLE, Unstored, _open
+
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_write_buffer_size(MEMTABLE)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    opts.set_wal_recovery_mode(rocksdict.DBRecoveryMode.point_in_time())
+    sync = rocksdict.WriteOptions()
+    sync.sync = True
+    rdb = rocksdict.Rdict(str(root / f"rocksdict-{workloads}"), opts)
+    ldb = _open(root / f"leveldb-probe-{workloads}")
+    out: list[list[str]] = []
+    free = {"rocksdict": [0, 0.0], "leveldb": [0, 0.0]}
+    try:
+        batches = []
+        for ch in history:
+            u = Unstored()
+            u.add(ch)
+            rb, lb = rocksdict.WriteBatch(raw_mode=True), ldb.write_batch(sync=True)
+            for k, v in u.ops.items():
+                if v is None:
+                    rb.delete(k)
+                    lb.delete(k)
+                else:
+                    rb.put(k, v)
+                    lb.put(k, v)
+            batches.append((rb, lb))
+        w0 = 0
+        for i, (rb, _) in enumerate(batches):  # RocksDB alone: its threads' writes counted
+            if i == stream_from:
+                w0 = _wchar("self")
+            n, dt = _ticks_beside(lambda rb=rb: rdb.write(rb, sync))
+            free["rocksdict"][0] += n
+            free["rocksdict"][1] += dt
+        time.sleep(1.0)  # a flush or compaction the last writes began
+        written = _wchar("self") - w0
+        for _, lb in batches:
+            n, dt = _ticks_beside(lb.write)
+            free["leveldb"][0] += n
+            free["leveldb"][1] += dt
+        out.append([f"{workloads}", f"stream of {streamed:,}: per event", "rocksdict", "",
+                    f"rows {row_bytes / streamed:,.0f} B",
+                    f"{written / streamed:,.0f} B ({written / row_bytes:.1f}x the rows)"])
+        for name, (n, dt) in free.items():
+            out.append([f"{workloads}", "a thread beside the writes", name,
+                        f"{dt * 1e3:,.0f} ms of writes", "",
+                        f"woke {n:,} times of ~{dt / 0.00025:,.0f} if the GIL were free"])
+    finally:
+        rdb.close()
+        ldb.close()
+        del plyvel
+    return out
 
 
 def run(units: int, workloads: int, events: list[int], rounds: int, stream: int, traces: bool,
@@ -223,6 +313,7 @@ def run(units: int, workloads: int, events: list[int], rounds: int, stream: int,
                          f"{int(statistics.median(x[1] for x in xs)):,}" if name != "json v2"
                          else "whole", f"{int(statistics.mean(x[2] for x in xs)):,}"])
     # The stream: bytes a streamed event costs each store, compactions included.
+    stream_from = len(both.history)
     streamed, row_bytes = 0, 0
     written = {"leveldb": 0, "sqlite": 0}
     t0 = time.perf_counter()
@@ -243,6 +334,7 @@ def run(units: int, workloads: int, events: list[int], rounds: int, stream: int,
         rows.append([f"{workloads}", "dir / state (json v2 size)", design, "", "",
                      f"{_dir_bytes(d):,} / {state_bytes:,} = "
                      f"{_dir_bytes(d) / state_bytes:.2f}"])
+    rows += rocksdict_candidate(both.history, stream_from, streamed, row_bytes, root, workloads)
     cp.save()
     cp.close()
     both.sqlite.close()

@@ -75,7 +75,7 @@ def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
     v3 = store_v3.Store(tmp_path / store_v3.DB)
     v3.write(ch)
     v3.close()
-    as_v3 = read_state(tmp_path)  # version 3's own reader
+    as_v3 = store_v3.read_state(tmp_path)  # version 3's own reader
     assert as_v3 is not None and as_v3["v"] == 3
     state["traces"]["stats"] = as_v3["traces"]["stats"]  # as that save froze them
     resent = len(as_v3["traces"]["outbox"]["spans"])

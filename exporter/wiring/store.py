@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import plyvel  # type: ignore[import-untyped]  # no stubs: wrapped here only
+import plyvel
 
 from exporter.sinks.metrics.state import state_of_rows
 
@@ -387,13 +387,10 @@ def _verify(db: Any) -> list[str]:
 
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
     """The checkpoint in `state_dir` as plain data (the version-2 form), or None: for tests
-    and for an operator's look (beside a running exporter it reads a copy). A state dir not
-    converted yet is read as its version-3 `state.db`."""
+    and for an operator's look (beside a running exporter it reads a copy)."""
     store = Store(Path(state_dir) / DB)
     if not store.exists():
-        from exporter.wiring.store_v3 import read_state as read_v3
-
-        return read_v3(state_dir)
+        return None
     try:
         with store._reader() as db, db.snapshot() as snap:
             return _read(snap)
