@@ -124,8 +124,11 @@ def test_verify_and_backup_beside_a_running_writer(tmp_path: Path):
     assert other.verify() == []
     other.backup(tmp_path / "backup")
     _same(read_state(tmp_path / "backup"), states[-1])
-    with pytest.raises(ValueError, match="not empty"):
+    with pytest.raises(FileExistsError):
         other.backup(tmp_path / "backup")
+    assert Store(tmp_path / "none" / DB).verify() == []  # no store: sound, no checkpoint
+    with pytest.raises(FileNotFoundError):
+        Store(tmp_path / "none" / DB).backup(tmp_path / "backup2")
     q = Pipeline()  # a new pod from the backup continues from it
     restored = Checkpointer(tmp_path / "backup", q)
     assert restored.load() == 1

@@ -202,26 +202,42 @@ class Store:
         with db.snapshot() as snap:
             return _read(snap)
 
-    def verify(self) -> list[str]:
-        """Integrity problems found (empty when sound): every row read with its checksums, its
-        kind, key and format version checked. Works beside a running exporter (on a copy)."""
+    def verify(self, *, decode: bool = True) -> list[str]:
+        """The store's integrity problems, one line each; empty: sound (an absent store, or
+        one that never committed a checkpoint, is sound). Reads every row with its checksums
+        (LevelDB's, of each log record and table block) beside a running exporter (on a
+        copy, without its lock): each row's kind and key, the format version, and (`decode`)
+        that `read()` decodes the whole checkpoint. Never raises for what it finds."""
         if not self.exists():
-            return [f"{self.path}: no store"]
+            return []
         try:
             with self._reader() as db:
-                return _verify(db)
-        except Exception as e:
+                problems = [f"{self.path}: {p}" for p in _verify(db)]
+                if not problems and decode:
+                    with db.snapshot() as snap:
+                        _read(snap)
+                return problems
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+            return [f"{self.path}: undecodable checkpoint ({e.__class__.__name__}: {e})"]
+        except Exception as e:  # a store it cannot open is a problem too
             return [f"{self.path}: cannot be read: {e.__class__.__name__}: {e}"]
 
     def backup(self, dest: Path) -> None:
-        """A consistent copy of the committed state into the empty directory `dest`, usable as
-        a `--state-dir` (it holds `store`); safe while an exporter writes: a copy of the files
-        (the tables hard-linked where it can), opened once so that its log is recovered to a
-        whole commit, then checked."""
+        """A consistent copy of the last committed checkpoint into the directory `dest` (made
+        if absent; it must hold no store), which opens as a normal store (`Store(dest / DB)`,
+        so `dest` serves as a `--state-dir`). Safe while an exporter writes, without its lock:
+        the files are copied (logs first, then the manifest, then the tables, hard-linked where
+        the file system allows), the copy opened once, which cuts its log at the last whole
+        commit, and checked; durable (fsynced) when this returns. Raises FileNotFoundError when
+        there is no store, FileExistsError when `dest` holds one, ValueError when the copy is
+        not sound, OSError or plyvel.Error when it cannot be copied."""
+        if not self.exists():
+            raise FileNotFoundError(f"{self.path}: no store to back up")
+        dest = Path(dest)
+        target = dest / self.path.name
+        if target.exists():
+            raise FileExistsError(f"{target} exists")
         dest.mkdir(parents=True, exist_ok=True)
-        if any(dest.iterdir()):
-            raise ValueError(f"{dest} is not empty")
-        target = dest / DB
         _copy(self.path, target)
         db = _open(target)
         try:
@@ -362,7 +378,8 @@ def _verify(db: Any) -> list[str]:
     try:
         version = db.get(_VKEY, verify_checksums=True)
         if version is None:
-            problems.append("no format version: the store holds no checkpoint")
+            if next(db.iterator(include_value=False), None) is not None:
+                problems.append("rows without a format version")
         elif version != str(VERSION).encode():
             problems.append(f"format version {version.decode()!r}, this exporter reads {VERSION}")
         for k, v in db.iterator(start=b"\x01", verify_checksums=True, fill_cache=False):
