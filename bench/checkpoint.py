@@ -234,13 +234,8 @@ def rocksdict_candidate(history: list[Changes], stream_from: int, streamed: int,
             u = Unstored()
             u.add(ch)
             rb, lb = rocksdict.WriteBatch(raw_mode=True), ldb.write_batch(sync=True)
-            for k, v in u.ops.items():
-                if v is None:
-                    rb.delete(k)
-                    lb.delete(k)
-                else:
-                    rb.put(k, v)
-                    lb.put(k, v)
+            u.batch(lb, ch.spans_through)
+            u.batch(rb, ch.spans_through)
             batches.append((rb, lb))
         w0 = 0
         for i, (rb, _) in enumerate(batches):  # RocksDB alone: its threads' writes counted

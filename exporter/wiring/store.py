@@ -115,11 +115,13 @@ def _key(kind: str, key: Sequence[Any]) -> bytes:
 
 
 class Unstored:
-    """What was taken and not stored yet: a key's latest row (None: removed) wins."""
+    """What was taken and not stored yet: a key's latest row (None: removed) wins. Rows are
+    kept as taken and encoded only into the batch (orjson's bytes hold ~4 KiB each: 100k of
+    them kept would cost ~400 MiB)."""
 
     def __init__(self) -> None:
         self.full = False
-        self.ops: dict[bytes, bytes | None] = {}
+        self.ops: dict[tuple[str, tuple[Any, ...]], Sequence[Any] | None] = {}
         self.spans_through = 0
         self.rows = self.size = 0  # of every Changes added (a key written twice counts twice)
 
@@ -128,15 +130,28 @@ class Unstored:
             self.full, self.ops, self.rows, self.size = True, {}, 0, 0
         self.rows += changes.rows()
         self.size += changes.size()
-        ops, dumps = self.ops, orjson.dumps
+        ops = self.ops
         for name, kind, n in _KINDS:
             if n is None:
                 for k in getattr(changes, name):
-                    ops[_key(kind, k)] = None
+                    ops[kind, tuple(k)] = None
             else:
                 for r in getattr(changes, name):
-                    ops[_key(kind, r[:n])] = dumps(r)
+                    ops[kind, tuple(r[:n])] = r
         self.spans_through = max(self.spans_through, changes.spans_through)
+
+    def batch(self, batch: Any, spans_through: int) -> set[bytes]:
+        """Put every row into `batch` (a row of a span up to `spans_through` removed);
+        returns the keys written."""
+        dumps, written = orjson.dumps, set()
+        for (kind, key), r in self.ops.items():
+            k = _key(kind, key)
+            if r is None or (kind == "spans" and key[0] <= spans_through):
+                batch.delete(k)
+            else:
+                batch.put(k, dumps(r))
+                written.add(k)
+        return written
 
 
 class Store:
@@ -175,22 +190,17 @@ class Store:
     def _commit(self, pending: Unstored) -> None:
         db = self._open()
         batch = db.write_batch(sync=True)
-        ops = pending.ops
-        if pending.full:
+        written = pending.batch(batch, pending.spans_through)
+        if pending.full:  # the rows the store held that this state has not
             for k in db.iterator(include_value=False):
-                if k not in ops:
+                if k not in written:
                     batch.delete(k)
             batch.put(_VKEY, str(VERSION).encode())
-        spans = _PREFIX["spans"]
-        through = _key("spans", (pending.spans_through,))
-        if pending.spans_through > self.spans_through or pending.full:
-            for k in db.iterator(start=spans, stop=through + b"\0", include_value=False):
+        elif pending.spans_through > self.spans_through:  # the spans handled since
+            start = _PREFIX["spans"]
+            stop = _key("spans", (pending.spans_through,)) + b"\0"
+            for k in db.iterator(start=start, stop=stop, include_value=False):
                 batch.delete(k)
-        for k, v in ops.items():
-            if v is None or (k.startswith(spans) and k <= through):
-                batch.delete(k)
-            else:
-                batch.put(k, v)
         self._append(batch)
 
     def _append(self, batch: Any) -> None:
