@@ -215,7 +215,7 @@ def rocksdict_candidate(history: list[Changes], stream_from: int, streamed: int,
         import rocksdict
     except ImportError:
         return [[f"{workloads}", "candidate", "rocksdict", "not installed", "", ""]]
-    from exporter.wiring.store import MEMTABLE, Unstored, _open
+    from exporter.wiring.store import MEMTABLE, Unstored, _fill, _open
 
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -234,8 +234,8 @@ def rocksdict_candidate(history: list[Changes], stream_from: int, streamed: int,
             u = Unstored()
             u.add(ch)
             rb, lb = rocksdict.WriteBatch(raw_mode=True), ldb.write_batch(sync=True)
-            u.batch(lb, ch.spans_through)
-            u.batch(rb, ch.spans_through)
+            _fill(lb, u.items(), ch.spans_through, None)
+            _fill(rb, u.items(), ch.spans_through, None)
             batches.append((rb, lb))
         w0 = 0
         for i, (rb, _) in enumerate(batches):  # RocksDB alone: its threads' writes counted

@@ -23,7 +23,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from hashlib import blake2b
 from pathlib import Path
@@ -108,16 +108,48 @@ def _key(kind: str, key: Sequence[Any]) -> bytes:
     """A row's key: its kind, then its key fields: numbers alone big-endian (the spans sort by
     serial), anything else as 8 bytes of BLAKE2b (a unit's key is 17 bytes instead of ~45,
     every time it is written; two keys of a kind sharing a hash: about 1 in 10^9 at 200,000)."""
-    if all(type(v) is int for v in key):
+    if len(key) == 2 and type(key[0]) is str and type(key[1]) is str:  # most rows
+        text = f"{key[0]}\0{key[1]}"
+    elif all(type(v) is int for v in key):
         return _PREFIX[kind] + b"".join((v + (1 << 63)).to_bytes(8, "big") for v in key)
-    text = b"\0".join(v.encode() if isinstance(v, str) else str(v).encode() for v in key)
-    return _PREFIX[kind] + blake2b(text, digest_size=8).digest()
+    else:
+        text = "\0".join(v if isinstance(v, str) else str(v) for v in key)
+    return _PREFIX[kind] + blake2b(text.encode(), digest_size=8).digest()
+
+
+Op = tuple[str, Sequence[Any], Sequence[Any] | None]  # kind, key, row (None: removed)
+
+
+def _ops(changes: Changes) -> Iterator[Op]:
+    """A Changes' rows in the order written: removals first, so a row removed and made again
+    in one interval ends as its new row."""
+    for name, kind, n in _KINDS:
+        if n is None:
+            for k in getattr(changes, name):
+                yield kind, k, None
+        else:
+            for r in getattr(changes, name):
+                yield kind, r[:n], r
+
+
+def _fill(batch: Any, ops: Iterable[Op], spans_through: int, keys: set[bytes] | None) -> None:
+    """Put `ops` into `batch` in order (a later op of a key wins; a span up to `spans_through`
+    is removed); `keys`: collects the keys put."""
+    dumps = orjson.dumps
+    for kind, key, r in ops:
+        k = _key(kind, key)
+        if r is None or (kind == "spans" and key[0] <= spans_through):
+            batch.delete(k)
+        else:
+            batch.put(k, dumps(r))  # encoded into the batch, never kept: orjson's bytes
+            # hold ~4 KiB each (100k of them kept would cost ~400 MiB)
+            if keys is not None:
+                keys.add(k)
 
 
 class Unstored:
-    """What was taken and not stored yet: a key's latest row (None: removed) wins. Rows are
-    kept as taken and encoded only into the batch (orjson's bytes hold ~4 KiB each: 100k of
-    them kept would cost ~400 MiB)."""
+    """What failed writes took and did not store: a key's latest row (None: removed) wins, so
+    it is bounded by the keys, however long the writes fail."""
 
     def __init__(self) -> None:
         self.full = False
@@ -131,27 +163,13 @@ class Unstored:
         self.rows += changes.rows()
         self.size += changes.size()
         ops = self.ops
-        for name, kind, n in _KINDS:
-            if n is None:
-                for k in getattr(changes, name):
-                    ops[kind, tuple(k)] = None
-            else:
-                for r in getattr(changes, name):
-                    ops[kind, tuple(r[:n])] = r
+        for kind, key, r in _ops(changes):
+            ops[kind, tuple(key)] = r
         self.spans_through = max(self.spans_through, changes.spans_through)
 
-    def batch(self, batch: Any, spans_through: int) -> set[bytes]:
-        """Put every row into `batch` (a row of a span up to `spans_through` removed);
-        returns the keys written."""
-        dumps, written = orjson.dumps, set()
+    def items(self) -> Iterator[Op]:
         for (kind, key), r in self.ops.items():
-            k = _key(kind, key)
-            if r is None or (kind == "spans" and key[0] <= spans_through):
-                batch.delete(k)
-            else:
-                batch.put(k, dumps(r))
-                written.add(k)
-        return written
+            yield kind, key, r
 
 
 class Store:
@@ -175,30 +193,40 @@ class Store:
         """One batch: all of `changes` and of the writes that failed before it, or (killed, or
         failing) none of them; a failed write's changes are kept for the next one. Returns the
         rows and bytes written (`Changes.rows`, `.size`), those folded in included."""
-        pending = self.unstored or Unstored()
-        pending.add(changes)
-        self.unstored = pending
+        pending = self.unstored
+        if pending is not None:
+            pending.add(changes)
         try:
-            self._commit(pending)
+            if pending is None:  # the usual case: straight from the rows taken
+                self._commit(_ops(changes), changes.full, changes.spans_through)
+            else:
+                self._commit(pending.items(), pending.full, pending.spans_through)
         except BaseException:
+            if pending is None:
+                self.unstored = pending = Unstored()
+                pending.add(changes)
             self.close()  # LevelDB refuses every write after a failed one: open it again
             raise
         self.unstored = None
+        if pending is None:
+            self.spans_through = max(self.spans_through, changes.spans_through)
+            return changes.rows(), changes.size()
         self.spans_through = max(self.spans_through, pending.spans_through)
         return pending.rows, pending.size
 
-    def _commit(self, pending: Unstored) -> None:
+    def _commit(self, ops: Iterable[Op], full: bool, spans_through: int) -> None:
         db = self._open()
         batch = db.write_batch(sync=True)
-        written = pending.batch(batch, pending.spans_through)
-        if pending.full:  # the rows the store held that this state has not
+        keys: set[bytes] | None = set() if full else None
+        _fill(batch, ops, spans_through, keys)
+        if keys is not None:  # the rows the store held that this state has not
             for k in db.iterator(include_value=False):
-                if k not in written:
+                if k not in keys:
                     batch.delete(k)
             batch.put(_VKEY, str(VERSION).encode())
-        elif pending.spans_through > self.spans_through:  # the spans handled since
+        elif spans_through > self.spans_through:  # the spans handled since
             start = _PREFIX["spans"]
-            stop = _key("spans", (pending.spans_through,)) + b"\0"
+            stop = _key("spans", (spans_through,)) + b"\0"
             for k in db.iterator(start=start, stop=stop, include_value=False):
                 batch.delete(k)
         self._append(batch)
