@@ -191,10 +191,10 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
     _add(p, "--webhook-gap-give-up", help="seconds before a gap is given up when no route "
          "tailer can fetch it", type=float, default=60.0)
     _add(p, "--state-dir", help="directory for restart-safe checkpoints of every workload's "
-         "cursor, model and counters: an SQLite database (state.db) to which each checkpoint "
-         "(at each scrape, every --checkpoint-interval and at shutdown) writes what changed "
-         "since the last; a checkpoint.json of an older version is converted once; `zaroz-exporter "
-         "state` checks and backs it up; none: no checkpoints", default=None)
+         "cursor, model and counters: a LevelDB (store/) to whose log each checkpoint (at "
+         "each scrape, every --checkpoint-interval and at shutdown) appends what changed since "
+         "the last; a checkpoint.json or state.db of an older version is converted once; "
+         "`zaroz-exporter state` checks and backs it up; none: no checkpoints", default=None)
     _add(p, "--checkpoint-interval", help="seconds between checkpoints besides those at scrape "
          "time and at shutdown (0: only those)", type=float, default=30.0)
     _add(p, "--start-from", help="where each workload's log starts: checkpoint (if any, else "

@@ -12,8 +12,8 @@ import asyncio
 import os
 import random
 import signal
-import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,7 +34,8 @@ from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
 from exporter.wiring.checkpoint import FILE, Checkpointer, CheckpointError, render_checkpointed
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, read_state
+from exporter.wiring.store import DB, Changes, Store, read_state
+from exporter.wiring.store_v3 import DB as V3_DB
 from tests.serving import Feed
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.config import SimConfig
@@ -126,10 +127,21 @@ def test_corrupt_checkpoint_refuses_to_start(tmp_path: Path):
 
 
 def test_a_store_that_cannot_be_read_refuses_to_start(tmp_path: Path):
-    (tmp_path / DB).write_bytes(b"SQLite format 3\0" + b"\xff" * 2000)  # a torn, foreign file
+    (tmp_path / V3_DB).write_bytes(b"SQLite format 3\0" + b"\xff" * 2000)  # a torn, foreign file
     with pytest.raises(CheckpointError, match="start-from"):
         Checkpointer(tmp_path, Pipeline()).load()
-    assert (tmp_path / DB).read_bytes().startswith(b"SQLite format 3\0\xff")  # left as it was
+    assert (tmp_path / V3_DB).read_bytes().startswith(b"SQLite format 3\0\xff")  # as it was
+
+
+def test_a_store_whose_manifest_is_lost_refuses_to_start(tmp_path: Path):
+    cp = Checkpointer(tmp_path, _fed(300))
+    cp.save()
+    cp.close()
+    manifest = tmp_path / DB / (tmp_path / DB / "CURRENT").read_text().strip()
+    manifest.write_bytes(b"\xff" * 64)
+    with pytest.raises(CheckpointError, match="start-from"):
+        Checkpointer(tmp_path, Pipeline()).load()
+    assert manifest.read_bytes() == b"\xff" * 64  # left as it was
 
 
 def test_unwritable_state_dir_fails_the_scrape(tmp_path: Path):
@@ -186,7 +198,7 @@ async def _harness(route_url: str, state_dir: str, workloads: list[str]) -> None
 
     pipeline = Pipeline()
     checkpointer = Checkpointer(state_dir, pipeline)
-    _kill_between_writes(checkpointer, Path(state_dir))
+    _kill_in_commit(checkpointer, Path(state_dir))
     session = aiohttp.ClientSession()
     client = RouteClient(session, route_url)
     start_cursor = prepare_start("checkpoint", checkpointer, client)
@@ -211,24 +223,49 @@ async def _harness(route_url: str, state_dir: str, workloads: list[str]) -> None
 
 
 KILL_NEXT_SAVE = "kill-at-next-save"  # the test puts it in the state dir; the harness obeys
-KILLED = "killed-between"  # ...and leaves this behind, naming the two writes
+KILL_IN_COMPACTION = "kill-in-compaction"  # ...or this one
+KILLED = "killed-between"  # ...and leaves this behind, saying where it killed
 
 
-def _kill_between_writes(checkpointer: Checkpointer, state_dir: Path) -> None:
-    """Test-only: once KILL_NEXT_SAVE exists, the next checkpoint is SIGKILLed after its first
-    write and before its second, inside its transaction."""
-    write = checkpointer.store._run
-    done: list[str] = []
+def _live_log(store_dir: Path) -> Path:
+    return max(store_dir.glob("*.log"), key=lambda f: int(f.stem))
 
-    def run(sql: str, rows: object) -> None:
-        if done or (state_dir / KILL_NEXT_SAVE).exists():
-            done.append(sql)
-            if len(done) == 2:
-                (state_dir / KILLED).write_text("\n".join(done))
-                os.kill(os.getpid(), signal.SIGKILL)
-        write(sql, rows)  # type: ignore[arg-type]
 
-    checkpointer.store._run = run  # type: ignore[method-assign]
+def _kill_in_commit(checkpointer: Checkpointer, state_dir: Path) -> None:
+    """Test-only: once KILL_NEXT_SAVE exists, the next checkpoint's batch is appended, then the
+    log is cut in the middle of it (what a kill or a power cut leaves of an append the disk
+    had not finished), and the process is SIGKILLed before the save returns. Once
+    KILL_IN_COMPACTION exists, the next checkpoint is committed, then LevelDB compacts the
+    whole store in its own thread and the process is SIGKILLed as soon as the compaction has
+    begun writing its first table."""
+    store = checkpointer.store
+    append = store._append
+
+    def commit(batch: object) -> None:
+        if (state_dir / KILL_NEXT_SAVE).exists():
+            log = _live_log(store.path)
+            before = log.stat().st_size
+            append(batch)
+            after = log.stat().st_size
+            os.truncate(log, before + (after - before) // 2)
+            (state_dir / KILLED).write_text(f"{after - before} {(after - before) // 2}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        append(batch)
+        if (state_dir / KILL_IN_COMPACTION).exists():
+            tables = {f.name for f in store.path.glob("*.ldb")}
+            db = store._open()
+            compacting = threading.Thread(target=db.compact_range, daemon=True)
+            compacting.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                new = {f.name for f in store.path.glob("*.ldb")} - tables
+                if new or not compacting.is_alive():
+                    break
+            (state_dir / KILLED).write_text(
+                f"{'compacting' if compacting.is_alive() else 'done'} {sorted(new)}")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    store._append = commit  # type: ignore[method-assign]
 
 
 async def _spawn(route_url: str, state_dir: Path) -> tuple[asyncio.subprocess.Process, str]:
@@ -334,22 +371,42 @@ async def test_kill_and_restart_counts_every_event_once(tmp_path: Path):
 
 
 async def test_kill_in_the_middle_of_a_checkpoint_loses_and_repeats_nothing(tmp_path: Path):
-    """SIGKILL between two writes of one incremental checkpoint: the store stays at the last
-    checkpoint committed (that of the last scrape), and the next process ends exactly at the
-    truth, no counter below what a scraper saw."""
+    """SIGKILL in the middle of one incremental checkpoint's append (its batch half in the
+    log): the store stays at the last checkpoint committed (that of the last scrape), and the
+    next process ends exactly at the truth, no counter below what a scraper saw."""
     async def kill(proc: asyncio.subprocess.Process, url: str) -> None:
         (tmp_path / KILL_NEXT_SAVE).touch()  # what was applied since the last scrape is in it
         with pytest.raises(aiohttp.ClientError):
             await _scrape(url)  # its checkpoint dies half written: nothing is exposed
         await proc.wait()
         assert proc.returncode == -signal.SIGKILL
-        between = (tmp_path / KILLED).read_text().splitlines()
-        assert len(between) == 2 and all(" INTO " in w or "DELETE" in w for w in between)
+        appended, kept = map(int, (tmp_path / KILLED).read_text().split())
+        assert 0 < kept < appended
         (tmp_path / KILL_NEXT_SAVE).unlink()
 
     def check(stored: dict[str, Any], first: dict) -> None:
         assert {w: e["cursor"] for w, e in stored["workloads"].items()} == {
             w: _last_seq(first, w) for w in LOGS}  # the last commit, not half the next
+
+    await _killed_then_restarted(tmp_path, (0.4, 0.5), kill, check)
+
+
+async def test_kill_in_the_middle_of_a_compaction_loses_and_repeats_nothing(tmp_path: Path):
+    """SIGKILL while LevelDB compacts the store (its first new table begun, the compaction not
+    finished): the restore holds the last checkpoint committed, and the next process ends
+    exactly at the truth."""
+    async def kill(proc: asyncio.subprocess.Process, url: str) -> None:
+        (tmp_path / KILL_IN_COMPACTION).touch()
+        with pytest.raises(aiohttp.ClientError):
+            await _scrape(url)  # committed, but killed before the scrape is answered
+        await proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        where, tables = (tmp_path / KILLED).read_text().split(" ", 1)
+        assert where == "compacting" and tables != "[]"
+        (tmp_path / KILL_IN_COMPACTION).unlink()
+
+    def check(stored: dict[str, Any], first: dict) -> None:  # the commit before the kill
+        assert all(stored["workloads"][w]["cursor"] >= _last_seq(first, w) for w in LOGS)
 
     await _killed_then_restarted(tmp_path, (0.4, 0.5), kill, check)
 
@@ -379,12 +436,7 @@ def test_a_family_whose_labels_changed_restarts_at_zero_not_the_whole_checkpoint
     cp.save()
     cp.close()
     # As a checkpoint from before zaroz_events_duplicate_total had its `source` label.
-    with sqlite3.connect(tmp_path / DB) as db:
-        db.execute("DELETE FROM series WHERE family = 'zaroz_events_duplicate_total'")
-        db.execute("INSERT INTO series (family, labels, value) "
-                   "VALUES ('zaroz_events_duplicate_total', ?, 7)",
-                   (orjson.dumps(["wl-1"]),))
-    db.close()
+    _with_old_duplicate_series(tmp_path)
     q = Pipeline()
     Checkpointer(tmp_path, q).load()
     assert q.logs["wl-1"].snapshot() == p.logs["wl-1"].snapshot()
@@ -472,3 +524,16 @@ async def test_the_last_save_at_shutdown_keeps_a_backlog_held(tmp_path: Path):
     stored = read_state(tmp_path)
     assert stored is not None
     assert stored["workloads"][wl].get("held") is True
+
+
+def _with_old_duplicate_series(state_dir: Path) -> None:
+    """The store as one from before zaroz_events_duplicate_total had its `source` label."""
+    store = Store(state_dir / DB)
+    db = store._open()
+    with db.write_batch(sync=True) as batch:
+        for k, v in db.iterator(prefix=b"series\0"):
+            if orjson.loads(v)[0] == "zaroz_events_duplicate_total":
+                batch.delete(k)
+    store.write(Changes(series=[
+        ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"]).decode(), 7, None)]))
+    store.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import sqlite3
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,7 +22,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
 from exporter.wiring.checkpoint import CONVERTED, FILE, Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import read_state
+from exporter.wiring.store import DB, Changes, Store, read_state
 from tests.simlogs import finite_logs
 from zaroz_sim.fleet import envelope, unit_of
 
@@ -369,9 +368,12 @@ def test_a_series_removed_leaves_the_store_at_the_next_checkpoint(tmp_path: Path
     cp.close()
 
 
-async def test_a_failed_write_fails_the_saves_taken_after_it_until_a_whole_one(tmp_path: Path):
-    """Two scrapes: the first one's write fails in the writer thread after the second took its
-    changes on top of it. Neither may be exposed, and the next save writes everything."""
+async def test_a_failed_write_is_folded_into_the_next_which_restores_durability(
+        tmp_path: Path):
+    """Two scrapes: the first one's write fails (any exception, not only an I/O error) in the
+    writer thread after the second took its changes on top of it. The first is refused; the
+    second writes both (what the failed one took was kept, later rows winning), in rows of
+    what changed, not the whole state, and the store then holds exactly the model."""
     p = _pipeline(traces=False)
     cp = Checkpointer(tmp_path, p)
     feed = iter(LOGS["wl-1"])
@@ -379,27 +381,29 @@ async def test_a_failed_write_fails_the_saves_taken_after_it_until_a_whole_one(t
         p.workload("wl-1").offer(e)
     assert cp.save() is True
     whole = cp.last_rows
-    write = cp.store._run
+    append = cp.store._append
     fail = [True]
 
-    def failing(sql: str, rows: Any) -> None:
+    def failing(batch: Any) -> None:
         if fail[0]:
             fail[0] = False
-            raise sqlite3.OperationalError("disk I/O error")
-        write(sql, rows)
+            raise RuntimeError("no space left on device")
+        append(batch)
 
-    cp.store._run = failing  # type: ignore[method-assign]
+    cp.store._append = failing  # type: ignore[method-assign]
     p.workload("wl-1").offer(next(feed))
     first = cp.begin_save()
     p.workload("wl-1").offer(next(feed))
     second = cp.begin_save()  # taken before the first one's failure is known
-    for durable in (first, second):
-        with pytest.raises(CheckpointError):
-            await durable()
+    with pytest.raises(CheckpointError, match="no space left"):
+        await first()
+    assert await second() is True
+    assert cp.last_rows < whole  # what changed, not the whole store again
     expected = cp.state()
-    assert cp.save() is True
-    assert cp.last_rows >= whole  # the whole store again
     _same(read_state(tmp_path), expected)
+    p.workload("wl-1").offer(next(feed))
+    assert cp.save() is True
+    _same(read_state(tmp_path), cp.state())
     cp.close()
 
 
@@ -465,11 +469,7 @@ def test_rows_this_version_cannot_read_are_rewritten_once_not_refused_at_every_s
     cp.save()
     cp.close()
     # As a store from before zaroz_events_duplicate_total had its `source` label.
-    with sqlite3.connect(tmp_path / "state.db") as db:
-        db.execute("DELETE FROM series WHERE family = 'zaroz_events_duplicate_total'")
-        db.execute("INSERT INTO series (family, labels, value) VALUES (?, ?, 7)",
-                   ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"])))
-    db.close()
+    _with_old_duplicate_series(tmp_path)
     q = _pipeline(traces=False)
     once = Checkpointer(tmp_path, q)
     once.load()
@@ -485,3 +485,16 @@ def test_rows_this_version_cannot_read_are_rewritten_once_not_refused_at_every_s
     later.load()
     assert r.registry.counter("zaroz_events_duplicate_total").labels("wl-1", "route").value == 2
     later.close()
+
+
+def _with_old_duplicate_series(state_dir: Path) -> None:
+    """The store as one from before zaroz_events_duplicate_total had its `source` label."""
+    store = Store(state_dir / DB)
+    db = store._open()
+    with db.write_batch(sync=True) as batch:
+        for k, v in db.iterator(prefix=b"series\0"):
+            if orjson.loads(v)[0] == "zaroz_events_duplicate_total":
+                batch.delete(k)
+    store.write(Changes(series=[
+        ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"]).decode(), 7, None)]))
+    store.close()

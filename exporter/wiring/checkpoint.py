@@ -17,20 +17,26 @@ the event loop, in the order the saves were taken; `render_checkpointed` and `sa
 in place). Besides, a checkpoint is saved every `--checkpoint-interval` seconds and at
 shutdown. A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
 
-Each save writes only what changed since the last one, as one SQLite transaction (wiring/store.py):
-the model and the series record what they change as they go (O(1) per change: a set of unit
-ids per WorkloadLog, a list of changed series per family, the workloads that moved), and a save
-turns those into rows, so its work grows with the events since the last save, not with the
-fleet. The first save of a process that loaded no checkpoint (a fresh disk, --start-from head or
-earliest) replaces the whole store once; its rows are taken ahead in slices between turns of
-the event loop (`take_ahead`), and what changes after its slice is taken again by the save that
-completes it, which is then exactly the state at its own moment. The model's state (pending
-events, units in flight, event clock) is part of it, so an interval that spans a restart
-(created before, ready after) is still measured.
+Each save writes only what changed since the last one, as one batch appended to the store's log
+(wiring/store.py): the model and the series record what they change as they go (O(1) per
+change: a set of unit ids per WorkloadLog, a list of changed series per family, the workloads
+that moved), and a save turns those into rows, so its work grows with the events since the last
+save, not with the fleet. The first save of a process that loaded no checkpoint (a fresh disk,
+--start-from head or earliest) replaces the whole store once; its rows are taken ahead in
+slices between turns of the event loop (`take_ahead`), and what changes after its slice is
+taken again by the save that completes it, which is then exactly the state at its own moment.
+The model's state (pending events, units in flight, event clock) is part of it, so an interval
+that spans a restart (created before, ready after) is still measured.
 
-A checkpoint of version 1 or 2 (checkpoint.json, the whole state in one file) is loaded once and
-converted: the store is written whole, then the file is renamed checkpoint.json.converted (kept
-for an operator to delete; nothing reads it again). From then on the store is authoritative.
+A write that fails (a full disk, any error) fails its save and those waiting on it, but what it
+took is kept by the store and folded into the next write (a later row of a key wins), so each
+attempt costs what changed since the last durable save, in the writer thread, and the first
+write that succeeds makes all of it durable again.
+
+An older checkpoint (checkpoint.json of version 1 or 2, SQLite's state.db of version 3) is
+loaded once and converted: the store is written whole, then the old file is renamed *.converted
+(kept for an operator to delete; nothing reads it again). From then on the store is
+authoritative.
 
 A lock (flock) on the state directory keeps a second exporter from sharing it; `serve` takes it
 at start. A store whose integrity check fails (Store.verify) is never restored nor replaced: the
@@ -49,7 +55,6 @@ import fcntl
 import gc
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -74,6 +79,7 @@ from exporter.sinks.metrics.state import (
 )
 from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
+from exporter.wiring import store_v3
 from exporter.wiring.events import Pipeline
 from exporter.wiring.store import DB, VERSION, Changes, Store
 from exporter.wiring.unitsignals import SignalMemory
@@ -84,7 +90,6 @@ FILE = "checkpoint.json"  # versions 1 and 2: converted into the store once
 CONVERTED = FILE + ".converted"
 LOCK = "lock"
 JSON_VERSIONS = (1, 2)  # 1: no counters (they restart at zero)
-_WRITE_ERRORS = (OSError, sqlite3.Error, TypeError, ValueError)
 # Rows a whole save takes per turn of the event loop (take_ahead): about 3 µs each (0.3 s for
 # 103,000 rows in one go), so a slice holds the loop for some 5-20 ms.
 SLICE_ROWS = 2000
@@ -115,6 +120,7 @@ class Checkpointer:
         self.shard = shard if shard is not None else Shard()
         self.path = self.dir / FILE
         self.store = Store(self.dir / DB)
+        self.legacy = store_v3.Store(self.dir / store_v3.DB)  # version 3: converted once
         self.pipeline = pipeline
         self.metrics = metrics if metrics is not None else CheckpointMetrics(pipeline.registry)
         self.clock = clock
@@ -332,14 +338,15 @@ class Checkpointer:
     def save(self) -> bool:
         """Write what changed since the last save; True when something was written.
         Synchronous: returns once it is durable (with every save begun before it). Raises
-        CheckpointError when it cannot be written (the next save then replaces the store)."""
+        CheckpointError when it cannot be written (the store keeps what it took for the next
+        write)."""
         start = time.perf_counter()
         ch = self._prepare()
         try:
-            size = self._writer().submit(self._write, ch).result()
-        except _WRITE_ERRORS as e:
+            written = self._writer().submit(self._write, ch).result()
+        except Exception as e:
             raise self._failed(e) from e
-        return self._done(ch, start, size)
+        return self._done(ch, start, written)
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]:
         """`save` in two halves: what changed is taken now, on the caller's thread (O(changes),
@@ -354,10 +361,10 @@ class Checkpointer:
             try:
                 # Shielded: cancelling the waiter (shutdown cancels the periodic save) would
                 # cancel the write itself while it is queued, and its changes are taken.
-                size = await asyncio.shield(asyncio.wrap_future(written))
-            except _WRITE_ERRORS as e:
+                rows = await asyncio.shield(asyncio.wrap_future(written))
+            except Exception as e:
                 raise self._failed(e) from e
-            return self._done(ch, start, size)
+            return self._done(ch, start, rows)
 
         return durable
 
@@ -367,24 +374,26 @@ class Checkpointer:
             self.lock()
             ch = self.changes()
         except Exception as e:  # whatever it is, a failed save: never a dead task or scrape
+            self._synced = False  # taken in part: the next save writes everything
+            self._whole = None  # (taken again from the start)
             raise self._failed(e) from e
-        self._synced = True  # a failed write undoes it (_failed), before any later save
-        if not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through:
+        self._synced = True
+        if (not ch.full and not ch.rows() and ch.spans_through <= self.store.spans_through
+                and self.store.unstored is None):
             return None
         return ch
 
-    def _write(self, ch: Changes | None) -> int:
-        """The writer thread's part: one transaction, or (nothing changed) a check that every
-        save before it was written; returns the bytes of the rows written (counted here, not
-        on the event loop: a whole save's are some 100,000 rows)."""
-        if ch is None:
-            self.store.check()
-            return 0
-        self.store.write(ch)
-        return ch.size()
+    def _write(self, ch: Changes | None) -> tuple[int, int]:
+        """The writer thread's part: one batch, or (nothing changed) the changes of a write
+        that failed before it, if any, written again; the rows and bytes written."""
+        if ch is not None:
+            return self.store.write(ch)
+        if self.store.unstored is not None:
+            return self.store.write(Changes())
+        return 0, 0
 
     def _writer(self) -> ThreadPoolExecutor:
-        # One thread, so saves are written in the order they were taken (sqlite3 leaves the
+        # One thread, so saves are written in the order they were taken (LevelDB leaves the
         # GIL while it writes and fsyncs).
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
@@ -392,25 +401,23 @@ class Checkpointer:
 
     def failed(self, e: BaseException) -> CheckpointError:
         """A save that raised something other than CheckpointError: counted and logged as a
-        failure like any other (the next save then replaces the store)."""
+        failure like any other."""
         return self._failed(e)
 
     def _failed(self, e: BaseException) -> CheckpointError:
-        self._synced = False  # what was taken is not stored: write everything next time
-        self._whole = None  # (taken again from the start)
         self.metrics.saved("error")
         log.error("checkpoint not written", extra={
             "state_dir": str(self.dir), "error": f"{e.__class__.__name__}: {e}"})
         return CheckpointError(f"cannot write checkpoint in {self.dir}: {e}")
 
-    def _done(self, ch: Changes | None, start: float, size: int) -> bool:
-        if ch is None:
-            self.last_rows = 0
+    def _done(self, ch: Changes | None, start: float, written: tuple[int, int]) -> bool:
+        """`written`: the rows and bytes the store wrote (with those of failed writes before)."""
+        self.last_rows, size = written
+        if ch is None and not self.last_rows:
             self.metrics.saved("unchanged", self.clock())
             return False
-        self.last_rows = ch.rows()
         self.metrics.saved("written", self.clock(), time.perf_counter() - start, size)
-        if self.pipeline.traces is not None:  # the spans it holds may leave now
+        if ch is not None and self.pipeline.traces is not None:  # its spans may leave now
             self.pipeline.traces.saved(ch.held_through)
         return True
 
@@ -468,7 +475,8 @@ class Checkpointer:
             # Nothing is exposed yet: what was held at that save is held as of now.
             self.pipeline.registry.hold(self.held_at_save)
             self.save()
-            self._put_aside(converted=True)
+            self._put_aside(self.legacy.path if source == self.legacy.path else self.path,
+                            converted=True)
         n = len(self.pipeline.logs)
         log.info("checkpoint restored", extra={"state_dir": str(self.dir), "workloads": n})
         return n
@@ -488,17 +496,24 @@ class Checkpointer:
 
     def _read(self) -> tuple[dict[str, Any] | None, Path]:
         state = None
-        if self.store.exists():
-            self.verify()
-            try:
-                state = self.store.read()
-            except (sqlite3.Error, ValueError, TypeError, KeyError) as e:
-                raise CheckpointError(
-                    f"checkpoint {self.store.path} is unreadable ({e}); {FIX}") from e
-        if state is not None:
-            if self.path.exists():  # converted before a kill that came before the rename
-                self._put_aside(converted=False)
-            return state, self.store.path
+        for store in (self.store, self.legacy):
+            if store.exists():
+                if store is self.store:
+                    self.verify()
+                try:
+                    state = store.read()
+                except Exception as e:
+                    raise CheckpointError(
+                        f"checkpoint {store.path} is unreadable ({e}); {FIX}") from e
+                finally:
+                    if store is self.legacy:
+                        store.close()
+            if state is not None:
+                if store is self.store:  # converted before a kill that came before the rename
+                    for old in (self.legacy.path, self.path):
+                        if old.exists():
+                            self._put_aside(old, converted=False)
+                return state, store.path
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -565,16 +580,20 @@ class Checkpointer:
                            "stored_version": None if stored is None else stored.get("v")})
         self._signals_stale = stored is not None  # its rows go with a whole save
 
-    def _put_aside(self, converted: bool) -> None:
+    def _put_aside(self, path: Path, converted: bool) -> None:
+        """The old checkpoint renamed *.converted (SQLite's -wal and -shm with it)."""
         try:
-            os.replace(self.path, self.dir / CONVERTED)
+            for f in (path, path.with_name(path.name + "-wal"),
+                      path.with_name(path.name + "-shm")):
+                if f.exists():
+                    os.replace(f, f.with_name(f.name + ".converted"))
             _fsync_dir(self.dir)
         except OSError as e:
-            raise CheckpointError(f"cannot rename {self.path}: {e}") from e
-        log.warning("checkpoint.json converted into the store; the old file is kept as "
-                    f"{CONVERTED}, read by nothing, and may be deleted"
-                    if converted else f"checkpoint.json was converted before: moved to "
-                    f"{CONVERTED}", extra={"state_dir": str(self.dir)})
+            raise CheckpointError(f"cannot rename {path}: {e}") from e
+        log.warning(f"{path.name} converted into the store; the old file is kept as "
+                    f"{path.name}.converted, read by nothing, and may be deleted"
+                    if converted else f"{path.name} was converted before: moved to "
+                    f"{path.name}.converted", extra={"state_dir": str(self.dir)})
 
     def close(self) -> None:
         if self._pool is not None:

@@ -1,107 +1,65 @@
-"""The checkpoint's store: one SQLite database in `--state-dir`, written in proportion to change.
+"""The checkpoint's store: a LevelDB (plyvel) in `--state-dir`/store, whose commit is an append.
 
-A checkpoint is one transaction holding only what changed since the last one (`Changes`): the
-units touched or gone, the rows of the workloads that moved (cursor, event clock, counts,
-sources, reason sets), the events that entered or left the wait behind a gap, the counter and
-histogram series that moved, the open traces touched, the spans held since, and the UnitSignals
-whose memory (what the model measured of them) changed or that went. SQLite's
-write-ahead log makes the transaction atomic and durable (`synchronous=FULL`: the log is
-fsynced at each commit), so a process killed at any moment leaves the store at its last commit,
-never between two of its writes. Reading it back is a few bulk SELECTs (`read`), in the form the
-version-2 JSON checkpoint had, so both restore through one path.
+A checkpoint is one write batch holding only what changed since the last one (`Changes`: rows
+put or removed, keyed by kind and key), appended to LevelDB's log, checksummed and fsynced once;
+LevelDB folds the log into sorted, compressed tables in its own background thread (C++, without
+the GIL) and deletes the logs and tables it no longer needs. A restore opens it (the tables,
+then the log since, whose torn or corrupt tail is cut at the last whole batch) and reads every
+row (`read`), in the form the version-2 JSON checkpoint had, so every version restores through
+one path.
 
-Chosen over an append-only journal by measurement (`python -m bench.checkpoint`, 100,000 live
-units over 1,000 workloads, 1,000 events between two checkpoints, medians): the store takes
-26 ms a checkpoint, 7 ms of it on the event loop (taking what changed; the write runs in the
-checkpointer's writer thread), and writes 3.8 MB to the disk (mean); a journal of the same rows
-takes 8.5 ms and 0.36 MB; the whole-state file took 253 ms and 12.4 MB. The journal writes
-fewer bytes (a B-tree rewrites each 1 KiB page holding a changed row, and copies it back from
-the WAL later), but it grows until a compaction rewrites the whole state, which is the cost of
-the whole-state file again (250 ms of GIL-holding serialisation at 100k units, 1.7 s with
-traces, or a consistent copy of the model off the loop), a restore replays it since the last
-compaction, and its torn-record recovery would be ours to get right. The store needs no
-compaction, restores in one read of each table (415 ms against 769 ms for the file), and its
-atomic commit is SQLite's.
+Chosen by `python -m bench.checkpoint` (100,000 units, 1,000 workloads, a checkpoint every
+1,000 events of the stream, compactions counted): LevelDB writes 557 B per event (1.7x the rows
+that changed; SQLite's B-tree wrote 3,817 B, 11.4x), its directory stays at 1.3x the state
+(SQLite 2.1x), and it restores in 1.8 s against 2.9 s on a loaded machine. RocksDB (rocksdict)
+writes as few bytes (612 B) but holds the GIL through its write and fsync: a thread beside its
+writes ran 360 times of a possible ~5,500 (beside LevelDB's: 2,010 of ~4,500), so its commit
+would hold the event loop.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import json
 import os
-import sqlite3
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from hashlib import blake2b
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import orjson
+import plyvel
 
 from exporter.sinks.metrics.state import state_of_rows
 
-DB = "state.db"
-# Small pages: a checkpoint rewrites each page holding a changed row, and changed units are
-# spread over the whole table (bench/checkpoint.py: 1 KiB pages write about half the bytes of
-# 4 KiB ones at K=1000 events, with the same time per checkpoint and restore).
-PAGE_SIZE = 1024
-# Pages the WAL holds before they are copied into the database: a page changed by several
-# checkpoints in between is copied once (2.9 MB a checkpoint at 1,000 pages, 1.9 MB at 10,000,
-# amortised over 30 checkpoints of 1,000 events at 100k units; the WAL stays under ~10 MiB).
-WAL_PAGES = 10_000
-# SQLite's page cache: a checkpoint's rows are spread over the whole store, and SQLite's
-# default 2 MiB holds a fifth of it at 100k units (a write of 1,000 events took 31 ms; 16.5 ms
-# with 16 MiB, which holds all of it without traces).
-CACHE_KIB = 16_000
-VERSION = 3  # the checkpoint format: 1 and 2 were checkpoint.json, converted once on load
+DB = "store"  # the LevelDB's directory in the state dir
+VERSION = 4  # the checkpoint format: 1 and 2 were checkpoint.json, 3 SQLite's state.db
+# The memtable: the log grows to this before LevelDB writes it out as a table, so a row changed
+# several times in between is written to a table once (~14 s of changes at 1,000 events/s; the
+# state dir holds at most about this much log beside the tables).
+MEMTABLE = 8 << 20
+TABLE_FILE = 4 << 20  # LevelDB's table files (its default, 2 MiB, makes twice the files)
+_VKEY = b"\x00v"  # the store's format version (no kind's prefix starts with \0)
 
-_TABLES = ("meta", "workloads", "units", "pending", "series", "traces", "spans", "unitsignals")
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS workloads(name TEXT PRIMARY KEY, state TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS units(
-    workload TEXT, uid TEXT, created INTEGER, ready INTEGER, started INTEGER, alloc INTEGER,
-    drain INTEGER, reason TEXT, last TEXT, PRIMARY KEY(workload, uid)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS pending(
-    workload TEXT, seq INTEGER, event TEXT, PRIMARY KEY(workload, seq)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS series(
-    id INTEGER PRIMARY KEY, family TEXT, labels TEXT, value, hist TEXT);
-CREATE TABLE IF NOT EXISTS traces(
-    id INTEGER PRIMARY KEY, workload TEXT, uid TEXT, state TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS unitsignals(
-    id INTEGER PRIMARY KEY, namespace TEXT, name TEXT, memory TEXT NOT NULL);
-"""
 
-# (statement, the Changes field whose rows it takes), in the order written: removals first,
-# so a series removed and made again in one interval ends as its new row.
-#
-# Series and open traces have rows of a few hundred bytes: in a WITHOUT ROWID table (an index
-# B-tree) a row over about a quarter of a 1 KiB page spills to an overflow page of its own, so
-# they live in rowid tables (a row fits up to 989 bytes) keyed by a 63-bit hash of their key
-# (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
-_HASHED = frozenset({"series", "series_gone", "traces", "traces_gone", "unitsignals",
-                     "unitsignals_gone"})
-_WRITES = (
-    ("DELETE FROM workloads WHERE name = ?", "workloads_gone"),
-    ("DELETE FROM units WHERE workload = ?", "workloads_gone"),
-    ("DELETE FROM pending WHERE workload = ?", "workloads_gone"),
-    ("DELETE FROM traces WHERE workload = ?", "workloads_gone"),
-    ("DELETE FROM units WHERE workload = ? AND uid = ?", "units_gone"),
-    ("DELETE FROM pending WHERE workload = ? AND seq = ?", "pending_gone"),
-    ("DELETE FROM series WHERE id = ?", "series_gone"),
-    ("DELETE FROM traces WHERE id = ?", "traces_gone"),
-    ("DELETE FROM unitsignals WHERE id = ?", "unitsignals_gone"),
-    ("INSERT OR REPLACE INTO workloads VALUES (?, ?)", "workloads"),
-    ("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", "units"),
-    ("INSERT OR REPLACE INTO pending VALUES (?, ?, ?)", "pending"),
-    ("INSERT OR REPLACE INTO series VALUES (?, ?, ?, ?, ?)", "series"),
-    ("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?)", "traces"),
-    ("INSERT OR REPLACE INTO spans VALUES (?, ?)", "spans"),
-    ("INSERT OR REPLACE INTO unitsignals VALUES (?, ?, ?, ?)", "unitsignals"),
-    ("INSERT OR REPLACE INTO meta VALUES (?, ?)", "meta"),
-)
+def key(n: int) -> dict[str, int]:
+    """A kind of row in `Changes` (its field's metadata): tuples whose first `n` fields are its
+    key (a later row of that key replaces it). Declaring the field is all it takes for the store
+    to write, merge and read it back (`read()["rows"][name]` for a kind `read` does not
+    assemble itself)."""
+    return {"key": n}
 
-_FIELDS = tuple(dict.fromkeys(f for _, f in _WRITES))
+
+def gone(kind: str) -> dict[str, str]:
+    """The keys of `kind`'s rows removed (a tuple of its key fields each)."""
+    return {"gone": kind}
+
+
+SeriesRow = tuple[str, str, float | None, str | None]  # family, labels, value, histogram
 
 
 @dataclass
@@ -110,245 +68,372 @@ class Changes:
 
     full: bool = False
     # Workloads dropped (another shard's, or gone from the route): every row of theirs goes
-    # (its own, its units, its waiting events, its open traces); their series go as
-    # `series_gone`. Removed before anything is written, so one made again is written anew.
-    workloads_gone: list[tuple[str]] = field(default_factory=list)
-    workloads: list[tuple[str, str]] = field(default_factory=list)
-    units: list[tuple[Any, ...]] = field(default_factory=list)
-    units_gone: list[tuple[str, str]] = field(default_factory=list)
-    pending: list[tuple[str, int, str | None]] = field(default_factory=list)
-    pending_gone: list[tuple[str, int]] = field(default_factory=list)
-    series: list[tuple[str, str, float | None, str | None]] = field(default_factory=list)
-    series_gone: list[tuple[str, str]] = field(default_factory=list)
-    traces: list[tuple[str, str, str]] = field(default_factory=list)
-    traces_gone: list[tuple[str, str]] = field(default_factory=list)
-    spans: list[tuple[int, str]] = field(default_factory=list)
+    # (its own, its units, its waiting events, its open traces: `_BY_WORKLOAD`); their series
+    # go as `series_gone`. Removed before anything is written, so one made again is new.
+    workloads_gone: list[tuple[str]] = field(default_factory=list, metadata=gone("workloads"))
+    workloads: list[tuple[str, str]] = field(default_factory=list, metadata=key(1))
+    units: list[tuple[Any, ...]] = field(default_factory=list, metadata=key(2))
+    units_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("units"))
+    pending: list[tuple[str, int, str | None]] = field(default_factory=list, metadata=key(2))
+    pending_gone: list[tuple[str, int]] = field(default_factory=list, metadata=gone("pending"))
+    series: list[SeriesRow] = field(default_factory=list, metadata=key(2))
+    series_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("series"))
+    traces: list[tuple[str, str, str]] = field(default_factory=list, metadata=key(2))
+    traces_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("traces"))
+    spans: list[tuple[int, str]] = field(default_factory=list, metadata=key(1))
+    meta: list[tuple[str, str]] = field(default_factory=list, metadata=key(1))
+    # The UnitSignal model's memory (model.unitsignals `memory`): (namespace, name, record as
+    # JSON) of the objects touched, (namespace, name) of those gone.
+    unitsignals: list[tuple[str, str, str]] = field(default_factory=list, metadata=key(2))
+    unitsignals_gone: list[tuple[str, str]] = field(default_factory=list,
+                                                    metadata=gone("unitsignals"))
     spans_through: int = 0  # stored spans up to this serial are handled: they go
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
-    meta: list[tuple[str, str]] = field(default_factory=list)
-    # The UnitSignal model's memory (model.unitsignals `memory`): (namespace, name, record as
-    # JSON) of the objects touched, (namespace, name) of those gone.
-    unitsignals: list[tuple[str, str, str]] = field(default_factory=list)
-    unitsignals_gone: list[tuple[str, str]] = field(default_factory=list)
 
     def rows(self) -> int:
-        """Rows written or removed (a dropped workload counts once)."""
-        return sum(len(getattr(self, f)) for f in _FIELDS)
+        """Rows written or removed."""
+        return sum(len(getattr(self, f)) for f, _, _ in _KINDS)
 
     def size(self) -> int:
         """Bytes of the rows written: their text and blob fields, 8 per number."""
-        return sum(_size(r) for f in _FIELDS for r in getattr(self, f))
+        return sum(_size(r) for f, _, _ in _KINDS for r in getattr(self, f))
 
 
-def _id(a: str, b: str | bytes) -> int:
-    """A row's id in a hashed table: 63 bits of its key's BLAKE2b."""
-    key = a.encode() + b"\0" + (b if isinstance(b, bytes) else b.encode())
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
-
-
-def _key(row: Sequence[Any]) -> tuple[Any, Any]:
-    return row[0], row[1] if len(row) > 1 else 0
+# (field, kind, key length: None for a field of removed keys), removals first: a row removed
+# and made again in one interval ends as its new row.
+_KINDS: list[tuple[str, str, int | None]] = sorted(
+    ((f.name, f.metadata.get("gone", f.name), f.metadata.get("key"))
+     for f in fields(Changes) if "key" in f.metadata or "gone" in f.metadata),
+    key=lambda k: k[2] is not None)
+_KEYS = {kind: n for _, kind, n in _KINDS if n is not None}
+_PREFIX = {kind: kind.encode() + b"\0" for kind in _KEYS}
+_KIND_OF = {p: kind for kind, p in _PREFIX.items()}
 
 
 def _size(row: Sequence[Any]) -> int:
     return sum(len(v) if isinstance(v, str | bytes) else 8 for v in row)
 
 
+# Kinds keyed by a workload, then a key of their own: their keys begin with the workload's
+# hash, so a dropped workload's rows are found by that prefix (`_drop`).
+_BY_WORKLOAD = ("units", "pending", "traces")
+
+
+def _h8(text: str) -> bytes:
+    return blake2b(text.encode(), digest_size=8).digest()
+
+
+def _key(kind: str, key: Sequence[Any]) -> bytes:
+    """A row's key: its kind, then its key fields: numbers alone big-endian (the spans sort by
+    serial), anything else as 8 bytes of BLAKE2b (a unit's key is 25 bytes instead of ~45,
+    every time it is written; two keys of a kind sharing a hash: about 1 in 10^9 at 200,000);
+    a workload's rows (`_BY_WORKLOAD`) begin with its hash."""
+    if kind in _BY_WORKLOAD:
+        own = key[1]
+        return _PREFIX[kind] + _h8(key[0]) + (
+            (own + (1 << 63)).to_bytes(8, "big") if type(own) is int else _h8(str(own)))
+    if len(key) == 2 and type(key[0]) is str and type(key[1]) is str:  # most rows
+        text = f"{key[0]}\0{key[1]}"
+    elif all(type(v) is int for v in key):
+        return _PREFIX[kind] + b"".join((v + (1 << 63)).to_bytes(8, "big") for v in key)
+    else:
+        text = "\0".join(v if isinstance(v, str) else str(v) for v in key)
+    return _PREFIX[kind] + blake2b(text.encode(), digest_size=8).digest()
+
+
+Op = tuple[str, Sequence[Any], Sequence[Any] | None]  # kind, key, row (None: removed)
+
+
+def _ops(changes: Changes) -> Iterator[Op]:
+    """A Changes' rows in the order written: removals first, so a row removed and made again
+    in one interval ends as its new row."""
+    for name, kind, n in _KINDS:
+        if n is None:
+            for k in getattr(changes, name):
+                yield kind, k, None
+        else:
+            for r in getattr(changes, name):
+                yield kind, r[:n], r
+
+
+def _dumps(row: Sequence[Any]) -> bytes:
+    try:
+        return orjson.dumps(row)
+    except TypeError:  # an integer beyond 64 bits (a histogram's sum is kept as text)
+        return json.dumps(row, separators=(",", ":")).encode()
+
+
+def _fill(batch: Any, ops: Iterable[Op], spans_through: int, keys: set[bytes] | None) -> None:
+    """Put `ops` into `batch` in order (a later op of a key wins; a span up to `spans_through`
+    is removed); `keys`: collects the keys put."""
+    for kind, key, r in ops:
+        k = _key(kind, key)
+        if r is None or (kind == "spans" and key[0] <= spans_through):
+            batch.delete(k)
+        else:
+            batch.put(k, _dumps(r))  # encoded into the batch, never kept: orjson's bytes
+            # hold ~4 KiB each (100k of them kept would cost ~400 MiB)
+            if keys is not None:
+                keys.add(k)
+
+
+def _drop(db: Any, batch: Any, workloads: Iterable[str]) -> None:
+    """Remove every row of these workloads' kinds (`_BY_WORKLOAD`) from the store, into
+    `batch`, before the batch's puts (a workload made again is written anew after it)."""
+    for w in workloads:
+        h = _h8(w)
+        for kind in _BY_WORKLOAD:
+            for k in db.iterator(prefix=_PREFIX[kind] + h, include_value=False):
+                batch.delete(k)
+
+
+class Unstored:
+    """What failed writes took and did not store: a key's latest row (None: removed) wins, so
+    it is bounded by the keys, however long the writes fail."""
+
+    def __init__(self) -> None:
+        self.full = False
+        self.dropped: set[str] = set()  # workloads whose stored rows go first
+        self.ops: dict[tuple[str, tuple[Any, ...]], Sequence[Any] | None] = {}
+        self.spans_through = 0
+        self.rows = self.size = 0  # of every Changes added (a key written twice counts twice)
+
+    def add(self, changes: Changes) -> None:
+        if changes.full:  # everything: what came before it is in it
+            self.full, self.ops, self.rows, self.size = True, {}, 0, 0
+            self.dropped = set()
+        self.rows += changes.rows()
+        self.size += changes.size()
+        ops = self.ops
+        if changes.workloads_gone:  # what was kept of them goes too, before what follows
+            gone = {w for (w,) in changes.workloads_gone}
+            self.dropped |= gone
+            for op in [op for op in ops if op[0] in _BY_WORKLOAD and op[1][0] in gone]:
+                del ops[op]
+        for kind, key, r in _ops(changes):
+            ops[kind, tuple(key)] = r
+        self.spans_through = max(self.spans_through, changes.spans_through)
+
+    def items(self) -> Iterator[Op]:
+        for (kind, key), r in self.ops.items():
+            yield kind, key, r
+
+
 class Store:
-    """The database, opened on first use; used by one thread at a time."""
+    """The LevelDB, opened on first use; used by one thread at a time."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self.spans_through = 0  # the last `spans_through` applied
-        self.broken = False  # the last write failed
+        self._db: plyvel.DB | None = None
+        self.spans_through = 0  # the last `spans_through` stored
+        self.unstored: Unstored | None = None  # taken by failed writes, folded into the next
 
     def exists(self) -> bool:
-        return self.path.exists()
+        return (self.path / "CURRENT").exists()
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> plyvel.DB:
         if self._db is None:
-            # Written from the checkpointer's writer thread, read at start: one at a time.
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            try:
-                db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table only
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=FULL")
-                db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
-                db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-                db.execute("PRAGMA temp_store=MEMORY")  # no temp files: the root is read-only
-                db.executescript(_SCHEMA)
-            except sqlite3.Error:
-                db.close()
-                raise
-            self._db = db
+            self._db = _open(self.path)
         return self._db
 
-    def check(self) -> None:
-        """Raises when the last write failed: what was taken since is not all stored."""
-        if self.broken:
-            raise sqlite3.OperationalError("an earlier checkpoint was not written")
-
-    def write(self, changes: Changes) -> None:
-        """One transaction: all of `changes`, or (killed, or failing) none of them. After a
-        failure only a whole write (`full`) is taken: the changes of the writes between would
-        miss the failed one's."""
-        if not changes.full:
-            self.check()
-        self.broken = True
-        db = self._open()
-        db.execute("BEGIN IMMEDIATE")
+    def write(self, changes: Changes) -> tuple[int, int]:
+        """One batch: all of `changes` and of the writes that failed before it, or (killed, or
+        failing) none of them; a failed write's changes are kept for the next one. Returns the
+        rows and bytes written (`Changes.rows`, `.size`), those folded in included."""
+        pending = self.unstored
+        if pending is not None:
+            pending.add(changes)
         try:
-            if changes.full:
-                for t in _TABLES:
-                    self._run(f"DELETE FROM {t}", [()])
-                self._run("INSERT INTO meta VALUES ('v', ?)", [(str(VERSION),)])
-            for sql, name in _WRITES:
-                rows = getattr(changes, name)
-                if rows and name in _HASHED:
-                    rows = [(_id(r[0], r[1]), *r[2:]) if name.endswith("_gone")
-                            else (_id(r[0], r[1]), *r) for r in rows]
-                if rows:
-                    if changes.full:  # in key order: appended to each table's B-tree
-                        rows.sort(key=_key)
-                    self._run(sql, rows)
-            if changes.spans_through > self.spans_through:
-                self._run("DELETE FROM spans WHERE serial <= ?", [(changes.spans_through,)])
-            db.execute("COMMIT")
+            if pending is None:  # the usual case: straight from the rows taken
+                self._commit(_ops(changes), changes.full, changes.spans_through,
+                             [w for (w,) in changes.workloads_gone])
+            else:
+                self._commit(pending.items(), pending.full, pending.spans_through,
+                             pending.dropped)
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            if pending is None:
+                self.unstored = pending = Unstored()
+                pending.add(changes)
+            self.close()  # LevelDB refuses every write after a failed one: open it again
             raise
-        self.spans_through = max(self.spans_through, changes.spans_through)
-        self.broken = False
+        self.unstored = None
+        if pending is None:
+            self.spans_through = max(self.spans_through, changes.spans_through)
+            return changes.rows(), changes.size()
+        self.spans_through = max(self.spans_through, pending.spans_through)
+        return pending.rows, pending.size
 
-    def _run(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """One statement over its rows (a test kills the process between two of these)."""
-        assert self._db is not None
-        self._db.executemany(sql, rows)
+    def _commit(self, ops: Iterable[Op], full: bool, spans_through: int,
+                dropped: Iterable[str] = ()) -> None:
+        db = self._open()
+        batch = db.write_batch(sync=True)
+        keys: set[bytes] | None = set() if full else None
+        if not full:
+            _drop(db, batch, dropped)
+        _fill(batch, ops, spans_through, keys)
+        if keys is not None:  # the rows the store held that this state has not
+            for k in db.iterator(include_value=False):
+                if k not in keys:
+                    batch.delete(k)
+            batch.put(_VKEY, str(VERSION).encode())
+        elif spans_through > self.spans_through:  # the spans handled since
+            start = _PREFIX["spans"]
+            stop = _key("spans", (spans_through,)) + b"\0"
+            for k in db.iterator(start=start, stop=stop, include_value=False):
+                batch.delete(k)
+        self._append(batch)
+
+    def _append(self, batch: Any) -> None:
+        """The commit: the batch appended to the log and fsynced (a test kills it here)."""
+        batch.write()
 
     def read(self) -> dict[str, Any] | None:
-        """The stored state in the version-2 checkpoint's form (with "v": 3); None when the
-        store holds no checkpoint (never committed one)."""
+        """The stored state in the version-2 checkpoint's form (with "v": 4, and "rows": the
+        rows of the kinds it does not assemble, by kind); None when the store holds no
+        checkpoint (never committed one)."""
         db = self._open()
-        db.execute("BEGIN")  # one snapshot of the store for every SELECT
-        try:
-            return _read(db)
-        finally:
-            db.execute("COMMIT")
+        with db.snapshot() as snap:
+            return _read(snap)
 
     def verify(self, *, decode: bool = True) -> list[str]:
-        """The store's integrity problems, one line each; empty: sound.
-
-        Reads everything the store holds, on a connection of its own that writes nothing (safe
-        while an exporter writes the store, and without its lock): the engine's own check of
-        its files (SQLite: `PRAGMA integrity_check`: every page, every row, every key in
-        order), the format version (a store of another version is a problem; one that never
-        committed a checkpoint is sound and empty), and that `read()` decodes every row of the
-        last committed checkpoint. `decode=False` leaves that last part out, for a start that
-        decodes the store itself next (Checkpointer.load). A store that is absent is sound (no
-        checkpoint). Never raises for what it finds in the files; a file it cannot open is a
-        problem too."""
+        """The store's integrity problems, one line each; empty: sound (an absent store, or
+        one that never committed a checkpoint, is sound). Reads every row with its checksums
+        (LevelDB's, of each log record and table block) beside a running exporter (on a
+        copy, without its lock): each row's kind and key, the format version, and (`decode`)
+        that `read()` decodes the whole checkpoint. Never raises for what it finds."""
         if not self.exists():
             return []
         try:
-            db = self._open_read_only()
-        except sqlite3.Error as e:
-            return [f"{self.path}: cannot be opened: {e}"]
-        try:
-            problems = [f"{self.path}: {row[0]}" for row in
-                        db.execute("PRAGMA integrity_check(100)") if row[0] != "ok"]
-            if problems or not _has_meta(db):  # else: no table yet, no checkpoint
+            with self._reader() as db:
+                problems = [f"{self.path}: {p}" for p in _verify(db)]
+                if not problems and decode:
+                    with db.snapshot() as snap:
+                        _read(snap)
                 return problems
-            version = db.execute("SELECT value FROM meta WHERE key = 'v'").fetchone()
-            if version is not None and version[0] != str(VERSION):
-                return [f"{self.path}: format version {version[0]}, this exporter reads "
-                        f"{VERSION}"]
-            if not decode:
-                return []
-            db.execute("BEGIN")
-            try:
-                _read(db)
-            finally:
-                db.execute("COMMIT")
-            return []
-        except sqlite3.Error as e:
-            return [f"{self.path}: {e}"]
-        except (ValueError, TypeError, KeyError, AttributeError) as e:  # rows that decode not
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
             return [f"{self.path}: undecodable checkpoint ({e.__class__.__name__}: {e})"]
-        finally:
-            db.close()
+        except Exception as e:  # a store it cannot open is a problem too
+            return [f"{self.path}: cannot be read: {e.__class__.__name__}: {e}"]
 
     def backup(self, dest: Path) -> None:
         """A consistent copy of the last committed checkpoint into the directory `dest` (made
-        if absent; it must hold no store), which opens as a normal store (`Store(dest / DB)`).
-
-        Safe while an exporter writes the store, and without its lock: the copy is one
-        snapshot (a commit under way is either wholly in it or not at all) and the writer is
-        never blocked for longer than the engine's own reads block it (SQLite: the online
-        backup API in one step, on a read-only connection; the WAL lets the writer go on).
-        The copy is durable (fsynced, with its directory) when this returns. Raises
-        FileNotFoundError when there is no store to copy, FileExistsError when `dest` holds
-        one, sqlite3.Error or OSError when it cannot be copied."""
+        if absent; it must hold no store), which opens as a normal store (`Store(dest / DB)`,
+        so `dest` serves as a `--state-dir`). Safe while an exporter writes, without its lock:
+        the files are copied (logs first, then the manifest, then the tables, hard-linked where
+        the file system allows), the copy opened once, which cuts its log at the last whole
+        commit, and checked; durable (fsynced) when this returns. Raises FileNotFoundError when
+        there is no store, FileExistsError when `dest` holds one, ValueError when the copy is
+        not sound, OSError or plyvel.Error when it cannot be copied."""
         if not self.exists():
             raise FileNotFoundError(f"{self.path}: no store to back up")
-        target = Path(dest) / self.path.name
+        dest = Path(dest)
+        target = dest / self.path.name
         if target.exists():
             raise FileExistsError(f"{target} exists")
-        Path(dest).mkdir(parents=True, exist_ok=True)
-        src = self._open_read_only()
+        dest.mkdir(parents=True, exist_ok=True)
+        _copy(self.path, target)
+        db = _open(target)
         try:
-            out = sqlite3.connect(target, isolation_level=None)
-            try:
-                src.backup(out)  # every page at once: one snapshot of the last commit
-                # One file, no -wal beside it: copied again as it is, it is still whole. The
-                # store's connection turns the WAL on again when it first opens it.
-                out.execute("PRAGMA journal_mode=DELETE")
-            finally:
-                out.close()
+            problems = _verify(db)
         finally:
-            src.close()
-        fd = os.open(target, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fd = os.open(dest, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _open_read_only(self) -> sqlite3.Connection:
-        """A connection that writes nothing to the store (it may make the WAL's index file
-        when no exporter has it open), for `verify` and `backup`."""
-        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, isolation_level=None,
-                             check_same_thread=False)
-        try:
-            db.execute("PRAGMA temp_store=MEMORY")
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a bad header fails
-        except sqlite3.Error:
             db.close()
-            raise
-        return db
+        if problems:
+            shutil.rmtree(target, ignore_errors=True)
+            raise ValueError("; ".join(problems))
+        for f in target.iterdir():
+            _fsync(f)
+        _fsync(target)
+        _fsync(dest)
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[plyvel.DB]:
+        """The open store: this one's, or (an exporter holds it) an opened copy."""
+        if self._db is not None:
+            yield self._db
+            return
+        try:
+            db = _open(self.path, create=False)
+        except plyvel.IOError:  # locked: an exporter holds it
+            with tempfile.TemporaryDirectory(prefix=".copy-", dir=self.path.parent) as tmp:
+                copy = Path(tmp) / DB
+                _copy(self.path, copy)
+                db = _open(copy, create=False)
+                try:
+                    yield db
+                finally:
+                    db.close()
+            return
+        try:
+            yield db
+        finally:
+            db.close()
 
     def close(self) -> None:
         if self._db is not None:
-            self._db.close()
+            with contextlib.suppress(Exception):
+                self._db.close()
             self._db = None
 
 
-def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
+def _open(path: Path, create: bool = True) -> plyvel.DB:
+    return plyvel.DB(str(path), create_if_missing=create, write_buffer_size=MEMTABLE,
+                     max_file_size=TABLE_FILE, compression="snappy", paranoid_checks=False)
+
+
+def _copy(src: Path, dst: Path, attempts: int = 10) -> None:
+    """A copy of a LevelDB that another process may be writing: its logs first (a commit
+    appended meanwhile is cut at the last whole one when the copy opens), then CURRENT and the
+    manifest it names, then the tables (immutable: hard-linked where the file system allows).
+    A table removed by a compaction meanwhile makes the copy fail: it is taken again."""
+    for attempt in range(attempts):
+        shutil.rmtree(dst, ignore_errors=True)
+        dst.mkdir(parents=True)
+        try:
+            for f in sorted(src.glob("*.log")):
+                shutil.copyfile(f, dst / f.name)
+            current = (src / "CURRENT").read_bytes()
+            manifest = current.decode().strip()
+            shutil.copyfile(src / manifest, dst / manifest)
+            (dst / "CURRENT").write_bytes(current)
+            for f in src.iterdir():
+                if f.suffix in (".ldb", ".sst"):
+                    try:
+                        os.link(f, dst / f.name)
+                    except OSError:
+                        shutil.copyfile(f, dst / f.name)
+            db = _open(dst, create=False)  # every table the manifest names is there
+            db.close()
+            return
+        except (FileNotFoundError, plyvel.CorruptionError):
+            if attempt == attempts - 1:
+                raise
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(db: Any) -> dict[str, Any] | None:
+    """Every row, assembled into the version-2 form."""
     loads = orjson.loads
-    meta = {k: loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-    if meta.get("v") != VERSION:
-        if "v" in meta:
-            raise ValueError(f"unsupported store version {meta['v']!r}")
+    version = db.get(_VKEY)
+    if version is None:
+        if next(db.iterator(include_value=False), None) is not None:
+            raise ValueError("a store without a format version")
         return None
+    if int(version) != VERSION:
+        raise ValueError(f"unsupported store version {version.decode()!r}")
+    got = {kind: [loads(v) for v in db.iterator(prefix=p, include_key=False)]
+           for kind, p in _PREFIX.items()}
+    meta = {k: loads(v) for k, v in got.pop("meta")}
     workloads: dict[str, Any] = {}
     trace_expired: dict[str, int] = {}
-    for name, raw in db.execute("SELECT name, state FROM workloads"):
+    for name, raw in got.pop("workloads"):
         row = loads(raw)
         if "trace_expired" in row:
             trace_expired[name] = row.pop("trace_expired")
@@ -361,52 +446,69 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
             entry["cursor"], entry["log"] = row["next"] - 1, row
             workloads[name] = entry
     logs = {w: e["log"] for w, e in workloads.items()}
-    for w, uid, c, r, s, a, d, why, last in db.execute("SELECT * FROM units"):
+    for w, uid, c, r, s, a, d, why, last in got.pop("units"):
         logs[w]["units"][uid] = [c, bool(r), bool(s), a, d, why, last]
-    for w, seq, ev in db.execute("SELECT * FROM pending ORDER BY workload, seq"):
+    for w, seq, ev in sorted(got.pop("pending"), key=lambda r: r[1]):
         logs[w]["pending"].append([seq, None if ev is None else loads(ev)])
     state: dict[str, Any] = {
-        "v": VERSION, "workloads": workloads,
-        "metrics": state_of_rows(
-            db.execute("SELECT family, labels, value, hist FROM series").fetchall())}
+        "v": VERSION, "workloads": workloads, "metrics": state_of_rows(got.pop("series"))}
+    traces, spans = got.pop("traces"), got.pop("spans")
     if "traces" in meta:
         builders: dict[str, Any] = {
             w: {"v": 1, "expired": n, "units": {}} for w, n in trace_expired.items()}
-        for w, uid, raw in db.execute("SELECT workload, uid, state FROM traces"):
+        for w, uid, raw in traces:
             builders[w]["units"][uid] = loads(raw)
         t = meta["traces"]
-        spans = [[serial, loads(raw)] for serial, raw in
-                 db.execute("SELECT * FROM spans ORDER BY serial")]
+        spans = [[serial, loads(raw)] for serial, raw in spans]  # in key order: by serial
         outbox = None if t.get("next") is None else {"next": t["next"], "spans": spans}
         state["traces"] = {"builders": builders, "outbox": outbox, "stats": t["stats"]}
+    signals = got.pop("unitsignals")
     if "unitsignals" in meta:  # else saved before the UnitSignal memory was kept
         decode = msgspec.json.decode  # a status may hold integers beyond 64 bits
         state["unitsignals"] = {**meta["unitsignals"], "objects": [
-            [ns, name, decode(raw)] for ns, name, raw in db.execute(
-                "SELECT namespace, name, memory FROM unitsignals ORDER BY namespace, name")]}
+            [ns, name, decode(raw)] for ns, name, raw in sorted(signals)]}
+    if any(got.values()):  # kinds assembled by their readers (Checkpointer._restore)
+        state["rows"] = got
     return state
 
 
-def _has_meta(db: sqlite3.Connection) -> bool:
-    return db.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is not None
+def _verify(db: Any) -> list[str]:
+    problems: list[str] = []
+    try:
+        version = db.get(_VKEY, verify_checksums=True)
+        if version is None:
+            if next(db.iterator(include_value=False), None) is not None:
+                problems.append("rows without a format version")
+        elif version != str(VERSION).encode():
+            problems.append(f"format version {version.decode()!r}, this exporter reads {VERSION}")
+        for k, v in db.iterator(start=b"\x01", verify_checksums=True, fill_cache=False):
+            kind = _KIND_OF.get(k[:k.index(b"\0") + 1]) if b"\0" in k else None
+            if kind is None:
+                problems.append(f"a row of an unknown kind: {k[:40]!r}")
+                continue
+            try:
+                row = orjson.loads(v)
+                ok = isinstance(row, list) and _key(kind, row[:_KEYS[kind]]) == k
+            except (ValueError, TypeError, AttributeError):
+                ok = False
+            if not ok:
+                problems.append(f"a {kind} row that does not match its key: {k[:60]!r}")
+            if len(problems) > 100:
+                problems.append("... (more not listed)")
+                break
+    except plyvel.Error as e:
+        problems.append(f"{e.__class__.__name__}: {e}")
+    return problems
 
 
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
     """The checkpoint in `state_dir` as plain data (the version-2 form), or None: for tests
-    and for an operator's look (`state check`). Writes nothing (the store is locked by no
-    reader, and a copy being checked stays as it is)."""
+    and for an operator's look (beside a running exporter it reads a copy)."""
     store = Store(Path(state_dir) / DB)
     if not store.exists():
         return None
-    db = store._open_read_only()
     try:
-        if not _has_meta(db):
-            return None
-        db.execute("BEGIN")  # one snapshot of the store for every SELECT
-        try:
-            return _read(db)
-        finally:
-            db.execute("COMMIT")
+        with store._reader() as db, db.snapshot() as snap:
+            return _read(snap)
     finally:
-        db.close()
+        store.close()

@@ -1,0 +1,148 @@
+"""The store as a log: a torn or corrupt tail is cut at the last whole commit, a version-3
+SQLite store converts once, the files stay bounded, and `verify` and `backup` work beside a
+writer."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.wiring import store_v3
+from exporter.wiring.checkpoint import Checkpointer
+from exporter.wiring.events import Pipeline
+from exporter.wiring.store import DB, Changes, Store, read_state
+from tests.test_state_store import LOGS, _close, _pipeline, _rich, _same
+
+
+def _live_log(store: Path) -> Path:
+    return max(store.glob("*.log"), key=lambda f: int(f.stem))
+
+
+def _commits(tmp_path: Path, n: int) -> tuple[Checkpointer, list[dict[str, Any]], list[int]]:
+    """n checkpoints of a growing log: the state after each, and the log's size after each."""
+    p = _pipeline(traces=False)
+    cp = Checkpointer(tmp_path, p)
+    feed = iter(LOGS["wl-1"])
+    states, sizes = [], []
+    for _ in range(n):
+        for e in itertools.islice(feed, 20):
+            p.workload("wl-1").offer(e)
+        assert cp.save() is True
+        states.append(cp.state())
+        sizes.append(_live_log(tmp_path / DB).stat().st_size)
+    return cp, states, sizes
+
+
+@pytest.mark.parametrize("cut", ["torn", "corrupt", "garbage after"])
+def test_a_torn_or_corrupt_tail_is_cut_at_the_last_whole_commit(tmp_path: Path, cut: str):
+    cp, states, sizes = _commits(tmp_path, 6)
+    cp.close()
+    log = _live_log(tmp_path / DB)
+    assert sizes[-2] < sizes[-1] == log.stat().st_size  # the last commits are in the log
+    if cut == "torn":
+        with open(log, "r+b") as f:
+            f.truncate(sizes[-2] + (sizes[-1] - sizes[-2]) // 2)
+        expected = states[-2]
+    elif cut == "corrupt":
+        with open(log, "r+b") as f:
+            f.seek(sizes[-2] + (sizes[-1] - sizes[-2]) // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        expected = states[-2]
+    else:  # the start of a commit that never finished
+        with open(log, "ab") as f:
+            f.write(b"\x12\x34\x56\x78\x00\x10\x01partial")
+        expected = states[-1]
+    _same(read_state(tmp_path), expected)  # every whole commit, nothing after the cut
+    q = Pipeline()
+    again = Checkpointer(tmp_path, q)
+    assert again.load() == 1
+    _same(again.state(), expected)
+    again.close()
+
+
+def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
+    p = _pipeline()
+    old = Checkpointer(tmp_path / "old", p)
+    _rich(p)
+    ch = old.changes()  # the whole state, as version 3 stored it
+    state = old.state()
+    old.close()
+    v3 = store_v3.Store(tmp_path / store_v3.DB)
+    v3.write(ch)
+    v3.close()
+    as_v3 = store_v3.read_state(tmp_path)  # version 3's own reader
+    assert as_v3 is not None and as_v3["v"] == 3
+    state["traces"]["stats"] = as_v3["traces"]["stats"]  # as that save froze them
+    resent = len(as_v3["traces"]["outbox"]["spans"])
+    state["traces"]["stats"]["spans"] += resent  # counted again when sent again
+    q = _pipeline()
+    cp = Checkpointer(tmp_path, q)
+    assert cp.load() == 2
+    assert not (tmp_path / store_v3.DB).exists()
+    assert (tmp_path / (store_v3.DB + ".converted")).exists()  # kept, read by nothing
+    stored = read_state(tmp_path)
+    assert stored is not None and stored["v"] == 4
+    _same({**stored, "v": 3}, {**state, "v": 3})
+    cp.close()
+    r = _pipeline()
+    later = Checkpointer(tmp_path, r)
+    assert later.load() == 2  # from the store, the old file not read again
+    r.registry.hold(later.held_at_save)
+    state["traces"]["stats"]["spans"] += resent  # and again
+    _same({**later.state(), "v": 3}, {**state, "v": 3})
+    for c in (later, cp, old):
+        _close(c)
+
+
+def test_the_store_files_stay_bounded_over_a_long_stream(tmp_path: Path, monkeypatch):
+    """Many memtables' worth of checkpoints: LevelDB folds its log into tables and removes
+    what it no longer needs; the directory stays within a few times the state."""
+    monkeypatch.setattr("exporter.wiring.store.MEMTABLE", 64 << 10)
+    monkeypatch.setattr("exporter.wiring.store.TABLE_FILE", 64 << 10)
+    store = Store(tmp_path / DB)
+    rows = 2000
+    for i in range(300):
+        store.write(Changes(full=i == 0, units=[
+            ("wl", f"u{(i * 97 + k) % rows}", i, 1, 1, 0, 0, None, "x" * 100)
+            for k in range(200)]))
+    size = sum(f.stat().st_size for f in (tmp_path / DB).iterdir())
+    files = list((tmp_path / DB).iterdir())
+    store.close()
+    state_bytes = rows * 160
+    assert size < 3 * state_bytes + (64 << 10), (size, state_bytes, sorted(f.name for f in files))
+    assert len(files) < 40
+
+
+def test_verify_and_backup_beside_a_running_writer(tmp_path: Path):
+    cp, states, _ = _commits(tmp_path / "state", 4)  # open and locked, as serve holds it
+    other = Store(tmp_path / "state" / DB)  # another process's view: the CLI's
+    assert other.verify() == []
+    other.backup(tmp_path / "backup")
+    _same(read_state(tmp_path / "backup"), states[-1])
+    with pytest.raises(FileExistsError):
+        other.backup(tmp_path / "backup")
+    assert Store(tmp_path / "none" / DB).verify() == []  # no store: sound, no checkpoint
+    with pytest.raises(FileNotFoundError):
+        Store(tmp_path / "none" / DB).backup(tmp_path / "backup2")
+    q = Pipeline()  # a new pod from the backup continues from it
+    restored = Checkpointer(tmp_path / "backup", q)
+    assert restored.load() == 1
+    _same(restored.state(), states[-1])
+    restored.close()
+    cp.close()
+    table = max((tmp_path / "state" / DB).glob("*.ldb"), default=None)
+    if table is None:  # everything still in the log: make a table
+        s = Store(tmp_path / "state" / DB)
+        s._open().compact_range()
+        s.close()
+        table = max((tmp_path / "state" / DB).glob("*.ldb"))
+    data = bytearray(table.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    table.write_bytes(bytes(data))
+    problems = Store(tmp_path / "state" / DB).verify()
+    assert problems and any("orrupt" in p or "checksum" in p for p in problems), problems
