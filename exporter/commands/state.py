@@ -26,6 +26,7 @@ from typing import Any
 
 from exporter.sinks.traces.outbox import ACKED_FILE
 from exporter.wiring.checkpoint import CONVERTED, FILE, LOCK
+from exporter.wiring import store_v3
 from exporter.wiring.store import DB, Store, read_state
 
 SOUND, PROBLEMS, USAGE = 0, 1, 2
@@ -101,14 +102,18 @@ def _lock_holders(lock: Path) -> list[int]:
 
 def _files(d: Path) -> Iterator[dict[str, Any]]:
     for p in sorted(d.iterdir()):
-        if p.name == DB or p.name.startswith(DB + "-"):
-            role = "store" if p.name == DB else "store (SQLite's " + p.name[len(DB) + 1:] + ")"
-        elif p.name.startswith(Path(DB).stem + "."):  # the store's other files, if any
-            role = "store"
+        if p.name == DB:
+            role = "store (LevelDB: its log and tables)"
+        elif p.name.startswith(store_v3.DB):
+            role = ("store of version 3 (converted into the store at the next start)"
+                    if not p.name.endswith(".converted") else
+                    "converted store of version 3 (read by nothing, may be deleted)")
         else:
             role = ROLES.get(p.name, "not the exporter's" if p.is_file() else "a directory")
         try:
-            size = p.stat().st_size if p.is_file() else None
+            size = (p.stat().st_size if p.is_file() else
+                    sum(f.stat().st_size for f in p.iterdir() if f.is_file()) if p.name == DB
+                    else None)
         except OSError:
             size = None
         yield {"name": p.name, "bytes": size, "role": role}
@@ -178,7 +183,7 @@ def check(state_dir: str, verbose: bool = False) -> Report:
         if not report.in_use_by:  # else its first save is under way, or to come
             report.problems.append(
                 f"{DB} holds no checkpoint (a first save killed before it committed, or a copy "
-                f"without its {DB}-wal file): a start would begin every log again")
+                "without its log files): a start would begin every log again")
         return report
     report.store = _holds(state, mark, verbose)
     if mark is not None and report.store.get("traces"):
@@ -252,7 +257,7 @@ def backup(state_dir: str, dest: str) -> dict[str, Any]:
     """Copy what a restore needs from a state dir (running or not) into `dest` (empty or
     absent): the store's last commit, then the outbox's mark (see the module docstring for
     the order), and a checkpoint of an older version not converted yet. The copy is checked
-    (Store.verify) before it is reported. Raises UsageError, or OSError / sqlite3.Error."""
+    (Store.verify) before it is reported. Raises UsageError, or OSError / plyvel.Error."""
     d = _directory(state_dir)
     out = Path(dest)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -16,12 +16,12 @@ is begun for every delivery that arrived meanwhile. A save taken by a scrape or 
 checkpoint after the delivery was applied covers it as well: no second save is begun then.
 
 Saves are written in the order taken, in the checkpointer's one writer thread. When one fails,
-the checkpointer writes everything at the next save it takes after the failure is seen; but the
-saves taken between the failed one and that moment are written over a store that lacks the
-failed one's changes. So the outcome of each save is settled here in the order taken, and a
-failed save fails the saves taken after it and before its failure was seen, as well as itself:
-the deliveries they cover are answered with a retryable error (the platform redelivers; a
-redelivery is a duplicate, answered once the next save is durable). A save taken straight on
+the store keeps what it took and folds it into the next write, so a later save that succeeds
+holds it. The outcome of each save is still settled here in the order taken, and a failed save
+fails the saves taken after it and before its failure was seen, as well as itself: those are
+answered as not durable although the fold may have made them so, which costs a redelivery
+(the platform redelivers on the retryable error; a redelivery is a duplicate, answered once
+the next save is durable) and never an acknowledgement of what a crash could lose. A save taken straight on
 the Checkpointer would be a hole in this account: in `serve` every save goes through
 `GroupCommit.begin_save` or `GroupCommit.save`.
 """
