@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from exporter.sinks.traces.outbox import ACKED_FILE
-from exporter.wiring.store import DB, Store, read_state
+from exporter.wiring.store import DB, VERSION, Store, read_state
 from tests.otlp_receiver import OtlpReceiver
 from tests.serving import MAIN, ROOT, Feed, Scraper, Serve, free_port, scrape
 from tests.simlogs import assert_matches_truth, finite_logs, value
@@ -96,7 +96,7 @@ async def test_check_and_backup_of_a_running_exporter_restore_into_a_new_serve(
         assert report["sound"] and not report["problems"]
         assert a.proc is not None and a.proc.pid in report["in_use_by"]
         held = report["store"]
-        assert held["version"] == 3 and held["workloads"] == 2 and held["units"] > 0
+        assert held["version"] == VERSION and held["workloads"] == 2 and held["units"] > 0
         assert held["series"] > 0
         for w in ("wl-1", "wl-2"):
             assert at_start[w] <= held["per_workload"][w]["cursor"] <= feed.fed[w]
@@ -118,7 +118,7 @@ async def test_check_and_backup_of_a_running_exporter_restore_into_a_new_serve(
 
         new.mkdir()
         for f in dest.iterdir():
-            shutil.copy2(f, new / f.name)
+            (shutil.copytree if f.is_dir() else shutil.copy2)(f, new / f.name)
         await c.start()
         async with aiohttp.ClientSession() as s:
             first = await scrape(c.url, s)
@@ -162,27 +162,26 @@ async def _stopped_state(tmp_path: Path) -> Path:
     return state
 
 
-def _break_key_order(db: Path) -> None:
-    """Overwrite the smallest stored unit id with one that sorts after every id: every row
-    still decodes (a plain read sees nothing wrong), but the table's keys are out of order."""
-    state = read_state(db.parent)
-    assert state is not None
-    uid = min(state["workloads"]["wl-1"]["log"]["units"]).encode()
-    raw = db.read_bytes()
-    at = raw.find(uid)
-    assert at > 0
-    db.write_bytes(raw[:at] + b"~" * len(uid) + raw[at + len(uid):])
-    assert read_state(db.parent) is not None  # decodes
+def _break_table(db: Path) -> None:
+    """Flip a byte inside a table's data: only its block's checksum says so (the store is
+    first folded into tables, as LevelDB's compaction does)."""
+    store = Store(db)
+    store._open().compact_range()
+    store.close()
+    table = max(db.glob("*.ldb"))
+    data = bytearray(table.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    table.write_bytes(bytes(data))
 
 
 def _break_header(db: Path) -> None:
-    with db.open("r+b") as f:
-        f.write(b"not a database at all")
+    """The file naming the store's manifest: nothing of the store can be found."""
+    (db / "CURRENT").write_bytes(b"not a database at all\n")
 
 
 @pytest.mark.parametrize(("damage", "start_from"), [
-    (_break_key_order, "checkpoint"), (_break_header, "checkpoint"),
-    (_break_key_order, "earliest"), (_break_header, "earliest")])
+    (_break_table, "checkpoint"), (_break_header, "checkpoint"),
+    (_break_table, "earliest"), (_break_header, "earliest")])
 async def test_a_damaged_store_ends_serve_at_once_with_one_line_naming_the_fix(
         tmp_path: Path, damage: Any, start_from: str):
     """Also when the start ignores the checkpoint: it could not replace a damaged store."""
@@ -240,7 +239,7 @@ async def test_check_and_backup_usage_and_errors(tmp_path: Path):
     rc, out, _ = await cli("state", "backup", str(state), str(tmp_path / "ok"), "--output", "json")
     assert rc == 0 and json.loads(out)["files"] == [DB]
     assert read_state(tmp_path / "ok") == read_state(state)
-    # The WAL's content is in the copy: one file, whole by itself.
+    # The store alone: no lock, no trace mark without traces.
     assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == [DB]
     rc, _, err = await cli("state", "check")
     assert rc == 2 and err.count("\n") == 1 and "DIR" in err
@@ -276,7 +275,7 @@ async def test_a_backup_with_traces_restored_sends_every_span_once(tmp_path: Pat
             await proc.wait()
             new.mkdir()
             for f in dest.iterdir():
-                shutil.copy2(f, new / f.name)
+                (shutil.copytree if f.is_dir() else shutil.copy2)(f, new / f.name)
             feed.to(1.0)
             proc, url = await spawn(route_url, new, rx.endpoint)
             procs.append(proc)
@@ -295,10 +294,11 @@ async def test_a_backup_with_traces_restored_sends_every_span_once(tmp_path: Pat
     assert got == expected
 
 
-async def test_after_a_sigkill_the_backup_holds_the_wal_and_state_db_alone_is_flagged(
+async def test_after_a_sigkill_the_backup_holds_the_log_and_tables_alone_are_flagged(
         tmp_path: Path):
-    """A SIGKILLed exporter leaves its last checkpoints in the WAL: `state backup` copies them
-    (one file), and `state check` flags a copy of state.db alone, which holds none of them."""
+    """A SIGKILLed exporter leaves its last checkpoints in the store's log: `state backup`
+    copies them, and `state check` flags a copy of the store without its log files, which
+    holds none of them."""
     logs, _ = finite_logs(seed=31, workloads=1, seconds=100, rate=1.0)
     route = RouteServer(SimConfig(workloads=1).workload_list())
     base = await route.start()
@@ -313,12 +313,12 @@ async def test_after_a_sigkill_the_backup_holds_the_wal_and_state_db_alone_is_fl
     finally:
         await a.kill()
         await route.stop()
-    assert (state / f"{DB}-wal").stat().st_size > 0
+    logs_of = sorted((state / DB).glob("*.log"))
+    assert logs_of and any(f.stat().st_size > 0 for f in logs_of)
     alone = tmp_path / "alone"
-    alone.mkdir()
-    shutil.copy2(state / DB, alone / DB)
+    shutil.copytree(state / DB, alone / DB, ignore=shutil.ignore_patterns("*.log", "LOCK"))
     rc, out, _ = await cli("state", "check", str(alone))
-    assert rc == 1 and f"without its {DB}-wal" in out, out
+    assert rc == 1 and "without its log files" in out, out
     rc, out, err = await cli("state", "backup", str(state), str(tmp_path / "b"))
     assert rc == 0, (out, err)
     copied = read_state(tmp_path / "b")
@@ -331,5 +331,5 @@ async def test_a_backup_that_cannot_be_taken_leaves_no_half_copy(tmp_path: Path)
     _break_header(state / DB)
     dest = tmp_path / "b"
     rc, _, err = await cli("state", "backup", str(state), str(dest))
-    assert rc == 1 and err.count("\n") == 1 and "not a database" in err, err
+    assert rc == 1 and err.count("\n") == 1 and str(state / DB) in err, err
     assert not dest.exists()

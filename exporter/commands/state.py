@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,10 @@ def backup(state_dir: str, dest: str) -> dict[str, Any]:
     if out.resolve() == d.resolve():
         raise UsageError(f"{dest}: is the state directory")
     store = Store(d / DB)
+    if not store.exists() and (d / store_v3.DB).exists():
+        raise UsageError(f"{state_dir}: holds a store of version 3, converted at the exporter's "
+                         "next start: back it up after that start, or copy the directory while "
+                         "no exporter runs")
     if not store.exists() and not (d / FILE).exists():
         raise UsageError(f"{state_dir}: holds no checkpoint to back up")
     made = not out.exists()
@@ -289,7 +294,7 @@ def backup(state_dir: str, dest: str) -> dict[str, Any]:
     except BaseException:  # no half copy left behind: DEST is as it was
         if out.is_dir():
             for p in out.iterdir():
-                p.unlink()
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
             if made:
                 out.rmdir()
         raise
