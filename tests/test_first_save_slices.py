@@ -77,8 +77,8 @@ async def test_healthz_answers_during_a_large_first_save_and_the_store_is_the_st
             began.append(turns)
         track(stored)
 
-    def recorded(self: Store, ch: Any) -> None:
-        write(self, ch)
+    def recorded(self: Store, ch: Any) -> Any:
+        return write(self, ch)
 
     def last_take() -> Any:
         ch = changes()

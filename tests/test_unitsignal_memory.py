@@ -22,7 +22,8 @@ from exporter.sinks.metrics.family import Registry
 from exporter.sources.kube.typed import decode_event
 from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, read_state
+from exporter.wiring.store import DB, Store, read_state
+from exporter.wiring.store import _key as store_key
 from exporter.wiring.unitsignals import SignalMemory, build_cluster
 from tests.unitsignals import T0, iso, status, unitsignal
 
@@ -209,13 +210,14 @@ def test_a_checkpoint_saved_without_the_memory_still_loads(tmp_path: Path, caplo
     model.replace(_objects(3), T0)
     cp.save()
     cp.close()
-    import sqlite3
-
-    db = sqlite3.connect(tmp_path / DB)  # as a version before the memory was kept left it
-    with db:
-        db.execute("DELETE FROM unitsignals")
-        db.execute("DELETE FROM meta WHERE key = 'unitsignals'")
-    db.close()
+    # As a checkpoint without the memory (a version before it was kept, converted) holds it:
+    store = Store(tmp_path / DB)
+    db = store._open()
+    with db.write_batch(sync=True) as batch:
+        for k in db.iterator(prefix=b"unitsignals\0", include_value=False):
+            batch.delete(k)
+        batch.delete(store_key("meta", ("unitsignals",)))
+    store.close()
     assert "unitsignals" not in (read_state(tmp_path) or {})
 
     cp, model, reg = _cluster(tmp_path)

@@ -6,8 +6,8 @@ checkpoint is blocked or fails is never answered 2xx."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -136,8 +136,9 @@ def serve_args(*extra: str) -> Any:
 
 
 class BlockedWrites:
-    """Wraps the store's `write`: the first one waits for `release`, then fails as a full disk
-    would; later ones are written."""
+    """Wraps the store's append of a batch: the first one waits for `release`, then fails as a
+    full disk would (the store keeps what it took for the next write); later ones are
+    written."""
 
     def __init__(self, write: Callable[..., Any]) -> None:
         self.write = write
@@ -150,7 +151,7 @@ class BlockedWrites:
         if self.calls == 1:
             self.entered.set()
             self.release.wait(30)
-            raise sqlite3.OperationalError("database or disk is full")
+            raise OSError(errno.ENOSPC, "No space left on device")
         return self.write(*args)
 
 
@@ -164,8 +165,8 @@ async def test_no_2xx_while_the_checkpoint_write_is_blocked_and_503_when_it_fail
     running = await start(ServeConfig.from_args(serve_args(*args)))
     assert running.checkpointer is not None
     store = running.checkpointer.store
-    blocked = BlockedWrites(store.write)
-    store.write = blocked  # type: ignore[method-assign]
+    blocked = BlockedWrites(store._append)
+    store._append = blocked  # type: ignore[method-assign]
     events = Log()
     events.add("unit.created", unit="u1")
     events.add("unit.created", unit="u2")

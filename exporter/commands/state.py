@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.sinks.traces.outbox import ACKED_FILE
-from exporter.wiring.checkpoint import CONVERTED, FILE, LOCK
 from exporter.wiring import store_v3
+from exporter.wiring.checkpoint import CONVERTED, FILE, LOCK
 from exporter.wiring.store import DB, Store, read_state
 
 SOUND, PROBLEMS, USAGE = 0, 1, 2

@@ -21,9 +21,9 @@ holds it. The outcome of each save is still settled here in the order taken, and
 fails the saves taken after it and before its failure was seen, as well as itself: those are
 answered as not durable although the fold may have made them so, which costs a redelivery
 (the platform redelivers on the retryable error; a redelivery is a duplicate, answered once
-the next save is durable) and never an acknowledgement of what a crash could lose. A save taken straight on
-the Checkpointer would be a hole in this account: in `serve` every save goes through
-`GroupCommit.begin_save` or `GroupCommit.save`.
+the next save is durable) and never an acknowledgement of what a crash could lose. A save
+taken straight on the Checkpointer would be a hole in this account: in `serve` every save goes
+through `GroupCommit.begin_save` or `GroupCommit.save`.
 """
 
 from __future__ import annotations
