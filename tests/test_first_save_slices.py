@@ -221,17 +221,3 @@ def test_a_workload_held_or_let_go_after_its_slice_is_stored_as_it_is_at_the_sav
     _same(read_state(tmp_path), expected)
     _close(cp)
 
-
-def test_a_whole_save_taken_ahead_gives_the_store_its_units_in_key_order(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """The store sorts a whole save's rows in its writer thread, holding the GIL: rows taken
-    in key order make that one pass (in set order, 0.26 s at 100,000 units). Each workload
-    here fits a slice (one larger than a slice is taken in parts, in set order)."""
-    monkeypatch.setattr(checkpoint, "SLICE_ROWS", 3100)
-    cp = Checkpointer(tmp_path, _fleet())
-    while cp.take_ahead_step():
-        pass
-    keys = [(r[0], r[1]) for r in cp.changes().units]
-    assert len(keys) == sum(SIZES.values())
-    assert keys == sorted(keys)
-    cp.close()

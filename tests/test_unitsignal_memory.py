@@ -20,6 +20,7 @@ from exporter.model.signal import UnitSignal
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.sinks.metrics.family import Registry
 from exporter.sources.kube.typed import decode_event
+from exporter.wiring import checkpoint
 from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
 from exporter.wiring.store import DB, Store, read_state
@@ -257,3 +258,24 @@ def test_rows_of_a_checkpoint_without_the_watch_are_dropped_once(tmp_path: Path,
     assert ("unitsignals" in stored) is watched
     if watched:
         assert len(stored["unitsignals"]["objects"]) == 2
+
+
+def test_a_first_save_takes_the_memory_in_slices_and_stores_it_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A fresh process's first save takes every object's row ahead, in slices between turns of
+    the loop; objects that change between slices are taken again, and the save that completes
+    it stores every object's memory as it is at that save."""
+    monkeypatch.setattr(checkpoint, "SLICE_ROWS", 10)
+    cp, model, _ = _cluster(tmp_path)
+    model.replace(_objects(50), T0)  # no checkpoint loaded: the first save is whole
+    slices = 0
+    while cp.take_ahead_step():
+        slices += 1
+        if slices == 2:  # between two slices: some change, some go
+            model.replace(_objects(45, seq=2), T0 + 1)
+    assert slices >= 3  # the memory's 50 rows did not go in one slice
+    cp.save()
+    stored = read_state(tmp_path)
+    assert stored is not None and stored["unitsignals"] == cp.state()["unitsignals"]
+    assert len(stored["unitsignals"]["objects"]) == 45
+    cp.close()

@@ -616,17 +616,22 @@ class UnitSignalModel:
         """The checkpoint holds every object's memory as it is now: nothing is changed."""
         self.touched = set()
 
-    def take_memory(self) -> list[tuple[Key, list[Any] | None]]:
-        """Each object whose memory changed since the last call, with its record (`memory`),
-        or None when it is gone; from then on none counts as changed."""
+    def take_memory(self, limit: int | None = None) -> list[tuple[Key, list[Any] | None]]:
+        """Each object whose memory changed since the last call (at most `limit` of them),
+        with its record (`memory`), or None when it is gone; from then on those taken no
+        longer count as changed."""
         touched, objects = self.touched, self.objects
         if not touched:
             return []
+        if limit is None or limit >= len(touched):
+            keys = list(touched)
+            touched.clear()
+        else:
+            keys = [touched.pop() for _ in range(limit)]
         out = []
-        for key in touched:
+        for key in keys:
             t = objects.get(key)
             out.append((key, None if t is None or t.state is None else _record(t)))
-        touched.clear()
         return out
 
     def memory(self) -> list[tuple[Key, list[Any]]]:

@@ -320,12 +320,12 @@ class Checkpointer:
         if not whole.todo and budget > 0 and changes_left(self._families) > SLICE_ROWS:
             rows, gone = take_changes(self._families, budget)
             ch.series, ch.series_gone = rows, gone
-        # In key order, as the workloads are taken: the whole save's rows are then in order
-        # but for what changed since, and the store's sort of them (in its writer thread,
-        # holding the GIL: 0.26 s for 100,000 units in set order) is one pass.
-        ch.units.sort(key=_unit_key)
+        signals = self.signals
+        if not whole.todo and budget > 0 and signals is not None and signals.left() > SLICE_ROWS:
+            ch.unitsignals, ch.unitsignals_gone = signals.take(budget)
         whole.add(ch)
-        return bool(whole.todo) or changes_left(self._families) > SLICE_ROWS
+        return bool(whole.todo) or changes_left(self._families) > SLICE_ROWS or (
+            signals is not None and signals.left() > SLICE_ROWS)
 
     async def take_ahead(self) -> None:
         """`take_ahead_step` until a whole save that is due has little left, yielding to the
@@ -620,9 +620,6 @@ class Checkpointer:
         self._lock_fd = fd
 
 
-def _unit_key(row: tuple[Any, ...]) -> tuple[str, str]:
-    return row[0], row[1]
-
 
 def _unit_rows(w: str, taken: list[tuple[str, list[Any] | None]], ch: Changes) -> None:
     for uid, u in taken:
@@ -651,6 +648,7 @@ class _Whole:
         self.pending: dict[Any, Any] = {}
         self.series: dict[Any, Any] = {}
         self.traces: dict[Any, Any] = {}
+        self.unitsignals: dict[Any, Any] = {}
 
     def add(self, ch: Changes) -> None:
         for r in ch.workloads:
@@ -659,6 +657,7 @@ class _Whole:
         _keyed(self.pending, ch.pending, ch.pending_gone)
         _keyed(self.series, ch.series, ch.series_gone)
         _keyed(self.traces, ch.traces, ch.traces_gone)
+        _keyed(self.unitsignals, ch.unitsignals, ch.unitsignals_gone)
 
     def merged(self, last: Changes) -> Changes:
         """The whole save: every row taken, with `last` (the final take) over them."""
@@ -671,7 +670,7 @@ class _Whole:
             traces=[r for r in self.traces.values() if r is not None],
             spans=last.spans, spans_through=last.spans_through,
             held_through=last.held_through, meta=last.meta,
-            unitsignals=last.unitsignals)
+            unitsignals=[r for r in self.unitsignals.values() if r is not None])
 
 
 def _fsync_dir(path: Path) -> None:

@@ -183,13 +183,18 @@ class SignalMemory:
         """The store holds every object's memory as it is now."""
         self.model.taken()
 
-    def take(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
-        """The rows of the objects whose memory changed since the last call, and the keys of
-        those gone; O(changes)."""
+    def left(self) -> int:
+        """How many objects' memory changed since the last take."""
+        return len(self.model.touched or ())
+
+    def take(self, limit: int | None = None,
+             ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+        """The rows of the objects whose memory changed since the last call (at most `limit`:
+        a whole save takes them in slices), and the keys of those gone; O(changes)."""
         rows: list[tuple[str, str, str]] = []
         gone, self._gone = self._gone, []
         encode = self._encode
-        for (ns, name), rec in self.model.take_memory():
+        for (ns, name), rec in self.model.take_memory(limit):
             if rec is None:
                 gone.append((ns, name))
             else:
