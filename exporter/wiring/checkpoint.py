@@ -39,7 +39,8 @@ loaded once and converted: the store is written whole, then the old file is rena
 authoritative.
 
 A lock (flock) on the state directory keeps a second exporter from sharing it; `serve` takes it
-at start. A store whose integrity check fails (Store.verify) is never restored nor replaced: the
+at start. A store whose integrity check fails (its read, which checks every block's checksum, or
+Store.verify before a start that ignores it) is never restored nor replaced: the
 start ends with one line naming the fix (FIX).
 
 With traces on, the trace sink's state (open spans per unit, spans not yet exported) is stored
@@ -482,10 +483,10 @@ class Checkpointer:
         return n
 
     def verify(self) -> None:
-        """The store's own check (pages, keys in order; Store.verify without decoding): raises
-        CheckpointError naming the fix when it fails. A damaged store may still decode, into
-        wrong values, and fail later at a save; nor can a start that ignores it (--start-from
-        head or earliest) write into it. Called by `load`, and by a start that does not load."""
+        """The store's own check (every row with its checksums; Store.verify without decoding):
+        raises CheckpointError naming the fix when it fails. For a start that ignores the
+        checkpoint (--start-from head or earliest): its first save replaces the store, which a
+        damaged one may refuse. A start that loads checks as it reads (`_read`)."""
         if not self.store.exists():
             return
         problems = self.store.verify(decode=False)
@@ -498,8 +499,8 @@ class Checkpointer:
         state = None
         for store in (self.store, self.legacy):
             if store.exists():
-                if store is self.store:
-                    self.verify()
+                # The read checks every block's checksum as it goes (a damaged store fails it):
+                # no separate pass over the store before it.
                 try:
                     state = store.read()
                 except Exception as e:

@@ -428,7 +428,9 @@ def _read(db: Any) -> dict[str, Any] | None:
         return None
     if int(version) != VERSION:
         raise ValueError(f"unsupported store version {version.decode()!r}")
-    got = {kind: [loads(v) for v in db.iterator(prefix=p, include_key=False)]
+    # Every block's checksum is checked as it is read: a damaged table fails the read.
+    got = {kind: [loads(v) for v in db.iterator(prefix=p, include_key=False,
+                                                verify_checksums=True)]
            for kind, p in _PREFIX.items()}
     meta = {k: loads(v) for k, v in got.pop("meta")}
     workloads: dict[str, Any] = {}
