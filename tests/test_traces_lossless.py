@@ -315,10 +315,9 @@ async def test_spans_kept_in_memory_stay_bounded_over_a_steady_stream(tmp_path: 
         rx.stop()
         await route.stop()
     assert rx.count == len(expected)
-    # What waits is one interval's spans, not the history: a step's share is ~1/40 of all.
     # What waits is what the tailer brought since the last checkpoint (it polls every ~2 s
-    # here: ~6 steps of 40, ~15%; more on a loaded machine), never the history (the code before
-    # kept every span it had released: 87% of them by the last step).
+    # here: ~6 steps of 40, ~15%; more on a loaded machine), never the history (an outbox that
+    # kept every span it had released holds 87% of them by the last step).
     assert max(waiting) <= len(expected) / 2, waiting
 
 
