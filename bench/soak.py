@@ -2,8 +2,9 @@
 
 One live simulated route (`python -m zaroz_sim`, `--time-scale` times real time, a steady stream)
 and one OTLP/HTTP receiver (`python -m tests.otlp_receiver`, counting), each in its own process,
-and three `zaroz-exporter serve` processes tailing the same route at the same time:
+and four `zaroz-exporter serve` processes tailing the same route at the same time:
 - no traces;
+- no traces, `--state-dir` (the store's own memory: LevelDB's memtable and caches);
 - traces, no state directory (spans leave through the export queue);
 - traces and `--state-dir` (spans wait in the outbox until a checkpoint covers them and the
   receiver accepts them).
@@ -129,6 +130,7 @@ async def soak(args: argparse.Namespace) -> None:
         url = f"http://127.0.0.1:{route_port}"
         exporters = [
             Exporter("no traces", []),
+            Exporter("--state-dir", ["--state-dir", str(work / "state-only")]),
             Exporter("traces", ["--otlp-endpoint", otlp]),
             Exporter("traces + --state-dir", ["--otlp-endpoint", otlp,
                                               "--state-dir", str(work / "state")]),

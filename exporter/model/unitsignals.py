@@ -50,10 +50,9 @@ _NULLS = dict.fromkeys(STATUS_FIELDS)
 # The status fields that start or end a measurement (see UnitSignalModel._status_only).
 _measured = itemgetter(*map(STATUS_FIELDS.index, (
     "observedGeneration", "signalledReady", "allocationAck")))
-# The status fields holding an integer or a time, checked against model/ranges.py.
-_STATUS_INTS = itemgetter(*map(STATUS_FIELDS.index, ("observedGeneration", "seq")))
-_STATUS_TIMES = itemgetter(*map(STATUS_FIELDS.index, (
-    "signalledReady", "activitySince", "shutdownRequestedAt")))
+# The status fields holding an integer (two) or a time, checked against model/ranges.py.
+_STATUS_VALUES = itemgetter(*map(STATUS_FIELDS.index, (
+    "observedGeneration", "seq", "signalledReady", "activitySince", "shutdownRequestedAt")))
 ALLOCATION_MEMORY = 32  # allocation ids remembered per UnitSignal, for unknown-ack checks
 MEMORY_VERSION = 1  # the form of `UnitSignalModel.memory`'s records
 
@@ -155,10 +154,9 @@ class _Tracked:
         self.ahead = False
 
 
-def _ns(ts: Any) -> int | None:
-    """A time as epoch ns; None when it is no `date-time` or outside the model's clock (one
-    outside is counted once, as an out_of_range violation, where its object is validated)."""
-    return clock_ns(ts)
+# A time as epoch ns; None when it is no `date-time` or outside the model's clock (one outside
+# is counted once, as an out_of_range violation, where its object is validated).
+_ns = clock_ns
 
 
 def _seconds(ts: Any) -> float | None:
@@ -188,14 +186,16 @@ def _int(v: Any) -> int | None:
     return v if type(v) is int and INT_MIN <= v <= INT_MAX else None
 
 
-def _out_of_range(ints: Iterable[Any], times: Iterable[Any]) -> bool:
-    """Whether any integer is beyond 64 bits, or any `date-time` outside the model's clock (a
-    malformed one is the schema's violation, not this)."""
-    for v in ints:
-        if type(v) is int and not INT_MIN <= v <= INT_MAX:
-            return True
+def _out_of_range(a: Any, b: Any, *times: Any) -> bool:
+    """Whether an integer (`a`, `b`) is beyond 64 bits, or a `date-time` outside the model's
+    clock (a malformed one is the schema's violation, not this). One call per object and no
+    parse for a time within years 1971-2261 (ranges.clock_fits): it runs for each of 100k
+    objects at a sync."""
+    if (type(a) is int and not INT_MIN <= a <= INT_MAX) or (
+            type(b) is int and not INT_MIN <= b <= INT_MAX):
+        return True
     for ts in times:
-        if type(ts) is str and not "1971" < ts < "2262":  # ranges.clock_fits: no parse
+        if type(ts) is str and not "1971" < ts < "2262":
             try:
                 ns = parse_rfc3339_ns(ts)
             except ValueError:
@@ -441,8 +441,8 @@ class UnitSignalModel:
         alloc = spec.get("allocation")
         if type(alloc) is not dict:
             alloc = {}
-        if _out_of_range((spec.get("generation"), alloc.get("generation")),
-                         (alloc.get("allocatedAt"),)):
+        if _out_of_range(spec.get("generation"), alloc.get("generation"),
+                         alloc.get("allocatedAt")):
             # Read as absent: nothing measured from it, never an error later (model/ranges.py).
             self.obs.violation(workload, "out_of_range")
         t.gen = _int(spec.get("generation"))
@@ -480,7 +480,7 @@ class UnitSignalModel:
         valid = 1 if is_valid_unit_signal_status(status) else 0
         if not valid:
             self.obs.violation(workload, "status_schema")
-        if skey is not None and _out_of_range(_STATUS_INTS(skey), _STATUS_TIMES(skey)):
+        if skey is not None and _out_of_range(*_STATUS_VALUES(skey)):
             # Read as absent (null): nothing measured from it (model/ranges.py).
             self.obs.violation(workload, "out_of_range")
         if skey is not None:
