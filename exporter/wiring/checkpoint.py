@@ -82,7 +82,7 @@ from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
 from exporter.wiring import store_v3
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, VERSION, Changes, Store
+from exporter.wiring.store import DB, VERSION, Changes, Store, fsync_path
 from exporter.wiring.unitsignals import SignalMemory
 
 log = logging.getLogger(__name__)
@@ -588,7 +588,7 @@ class Checkpointer:
                       path.with_name(path.name + "-shm")):
                 if f.exists():
                     os.replace(f, f.with_name(f.name + ".converted"))
-            _fsync_dir(self.dir)
+            fsync_path(self.dir)
         except OSError as e:
             raise CheckpointError(f"cannot rename {path}: {e}") from e
         log.warning(f"{path.name} converted into the store; the old file is kept as "
@@ -672,14 +672,6 @@ class _Whole:
             spans=last.spans, spans_through=last.spans_through,
             held_through=last.held_through, meta=last.meta,
             unitsignals=[r for r in self.unitsignals.values() if r is not None])
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def render_checkpointed(registry: Registry, openmetrics: bool | Format,

@@ -342,9 +342,9 @@ class Store:
             shutil.rmtree(target, ignore_errors=True)
             raise ValueError("; ".join(problems))
         for f in target.iterdir():
-            _fsync(f)
-        _fsync(target)
-        _fsync(dest)
+            fsync_path(f)
+        fsync_path(target)
+        fsync_path(dest)
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[plyvel.DB]:
@@ -410,7 +410,8 @@ def _copy(src: Path, dst: Path, attempts: int = 10) -> None:
                 raise
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """A file's or a directory's contents (entries) made durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -433,9 +434,30 @@ def _read(db: Any) -> dict[str, Any] | None:
                                                 verify_checksums=True)]
            for kind, p in _PREFIX.items()}
     meta = {k: loads(v) for k, v in got.pop("meta")}
+    state = assemble(VERSION, meta, got.pop("workloads"), got.pop("units"),
+                     sorted(got.pop("pending"), key=lambda r: r[1]), got.pop("series"),
+                     got.pop("traces"), got.pop("spans"))
+    signals = got.pop("unitsignals")
+    if "unitsignals" in meta:  # else saved before the UnitSignal memory was kept
+        decode = msgspec.json.decode  # a status may hold integers beyond 64 bits
+        state["unitsignals"] = {**meta["unitsignals"], "objects": [
+            [ns, name, decode(raw)] for ns, name, raw in sorted(signals)]}
+    if any(got.values()):  # kinds assembled by their readers (Checkpointer._restore)
+        state["rows"] = got
+    return state
+
+
+def assemble(version: int, meta: dict[str, Any], workload_rows: Iterable[Sequence[Any]],
+             units: Iterable[Sequence[Any]], pending: Iterable[Sequence[Any]],
+             series: list[Any], traces: Iterable[Sequence[Any]],
+             spans: Iterable[Sequence[Any]]) -> dict[str, Any]:
+    """The version-2 form from a store's rows (this format's and version 3's: one path for
+    both): each kind's rows as its table holds them, `pending` by seq within a workload and
+    `spans` by serial."""
+    loads = orjson.loads
     workloads: dict[str, Any] = {}
     trace_expired: dict[str, int] = {}
-    for name, raw in got.pop("workloads"):
+    for name, raw in workload_rows:
         row = loads(raw)
         if "trace_expired" in row:
             trace_expired[name] = row.pop("trace_expired")
@@ -448,29 +470,21 @@ def _read(db: Any) -> dict[str, Any] | None:
             entry["cursor"], entry["log"] = row["next"] - 1, row
             workloads[name] = entry
     logs = {w: e["log"] for w, e in workloads.items()}
-    for w, uid, c, r, s, a, d, why, last in got.pop("units"):
+    for w, uid, c, r, s, a, d, why, last in units:
         logs[w]["units"][uid] = [c, bool(r), bool(s), a, d, why, last]
-    for w, seq, ev in sorted(got.pop("pending"), key=lambda r: r[1]):
+    for w, seq, ev in pending:
         logs[w]["pending"].append([seq, None if ev is None else loads(ev)])
     state: dict[str, Any] = {
-        "v": VERSION, "workloads": workloads, "metrics": state_of_rows(got.pop("series"))}
-    traces, spans = got.pop("traces"), got.pop("spans")
+        "v": version, "workloads": workloads, "metrics": state_of_rows(series)}
     if "traces" in meta:
         builders: dict[str, Any] = {
             w: {"v": 1, "expired": n, "units": {}} for w, n in trace_expired.items()}
         for w, uid, raw in traces:
             builders[w]["units"][uid] = loads(raw)
         t = meta["traces"]
-        spans = [[serial, loads(raw)] for serial, raw in spans]  # in key order: by serial
-        outbox = None if t.get("next") is None else {"next": t["next"], "spans": spans}
+        box = [[serial, loads(raw)] for serial, raw in spans]
+        outbox = None if t.get("next") is None else {"next": t["next"], "spans": box}
         state["traces"] = {"builders": builders, "outbox": outbox, "stats": t["stats"]}
-    signals = got.pop("unitsignals")
-    if "unitsignals" in meta:  # else saved before the UnitSignal memory was kept
-        decode = msgspec.json.decode  # a status may hold integers beyond 64 bits
-        state["unitsignals"] = {**meta["unitsignals"], "objects": [
-            [ns, name, decode(raw)] for ns, name, raw in sorted(signals)]}
-    if any(got.values()):  # kinds assembled by their readers (Checkpointer._restore)
-        state["rows"] = got
     return state
 
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import orjson
 
-from exporter.sinks.metrics.state import state_of_rows
-from exporter.wiring.store import Changes
+from exporter.wiring.store import Changes, assemble
 
 DB = "state.db"
 # Small pages: a checkpoint rewrites each page holding a changed row, and changed units are
@@ -177,40 +176,14 @@ def _read(db: sqlite3.Connection) -> dict[str, Any] | None:
         if "v" in meta:
             raise ValueError(f"unsupported store version {meta['v']!r}")
         return None
-    workloads: dict[str, Any] = {}
-    trace_expired: dict[str, int] = {}
-    for name, raw in db.execute("SELECT name, state FROM workloads"):
-        row = loads(raw)
-        if "trace_expired" in row:
-            trace_expired[name] = row.pop("trace_expired")
-        entry: dict[str, Any] = {}
-        for k in ("held", "labels"):
-            if k in row:
-                entry[k] = row.pop(k)
-        if "next" in row:  # else a trace builder's row only
-            row["units"], row["pending"] = {}, []
-            entry["cursor"], entry["log"] = row["next"] - 1, row
-            workloads[name] = entry
-    logs = {w: e["log"] for w, e in workloads.items()}
-    for w, uid, c, r, s, a, d, why, last in db.execute("SELECT * FROM units"):
-        logs[w]["units"][uid] = [c, bool(r), bool(s), a, d, why, last]
-    for w, seq, ev in db.execute("SELECT * FROM pending ORDER BY workload, seq"):
-        logs[w]["pending"].append([seq, None if ev is None else loads(ev)])
-    state: dict[str, Any] = {
-        "v": VERSION, "workloads": workloads,
-        "metrics": state_of_rows(
-            db.execute("SELECT family, labels, value, hist FROM series").fetchall())}
-    if "traces" in meta:
-        builders: dict[str, Any] = {
-            w: {"v": 1, "expired": n, "units": {}} for w, n in trace_expired.items()}
-        for w, uid, raw in db.execute("SELECT workload, uid, state FROM traces"):
-            builders[w]["units"][uid] = loads(raw)
-        t = meta["traces"]
-        spans = [[serial, loads(raw)] for serial, raw in
-                 db.execute("SELECT * FROM spans ORDER BY serial")]
-        outbox = None if t.get("next") is None else {"next": t["next"], "spans": spans}
-        state["traces"] = {"builders": builders, "outbox": outbox, "stats": t["stats"]}
-    return state
+    traced = "traces" in meta
+    return assemble(
+        VERSION, meta, db.execute("SELECT name, state FROM workloads"),
+        db.execute("SELECT * FROM units"),
+        db.execute("SELECT * FROM pending ORDER BY workload, seq").fetchall(),
+        db.execute("SELECT family, labels, value, hist FROM series").fetchall(),
+        db.execute("SELECT workload, uid, state FROM traces").fetchall() if traced else (),
+        db.execute("SELECT * FROM spans ORDER BY serial").fetchall() if traced else ())
 
 
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
