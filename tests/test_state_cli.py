@@ -333,3 +333,20 @@ async def test_a_backup_that_cannot_be_taken_leaves_no_half_copy(tmp_path: Path)
     rc, _, err = await cli("state", "backup", str(state), str(dest))
     assert rc == 1 and err.count("\n") == 1 and str(state / DB) in err, err
     assert not dest.exists()
+
+
+async def test_check_of_a_stopped_state_dir_changes_no_file(tmp_path: Path):
+    """Opening a LevelDB recovers its log into a table and holds its lock: `state check` reads
+    a copy, so the store is left byte for byte as it was, and an exporter starting meanwhile
+    is not refused by the check."""
+    state = await _stopped_state(tmp_path)
+
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted((state / DB).iterdir())}
+
+    before = files()
+    assert any(name.endswith(".log") and data for name, data in before.items())
+    rc, out, _ = await cli("state", "check", str(state))
+    assert rc == 0, out
+    assert files() == before
+    assert not [p for p in state.iterdir() if p.name.startswith(".copy-")]

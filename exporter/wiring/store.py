@@ -348,26 +348,30 @@ class Store:
 
     @contextlib.contextmanager
     def _reader(self) -> Iterator[plyvel.DB]:
-        """The open store: this one's, or (an exporter holds it) an opened copy."""
+        """The open store: this one's, or an opened copy. A copy also when no exporter holds it:
+        opening a LevelDB recovers its log into a table (a write), and would hold its lock, so
+        an exporter starting meanwhile could not open it; a look (`state check`, `read_state`)
+        changes nothing. Where the directory cannot take a copy (read-only), the store itself."""
         if self._db is not None:
             yield self._db
             return
         try:
+            tmp = tempfile.TemporaryDirectory(prefix=".copy-", dir=self.path.parent)
+        except OSError:
             db = _open(self.path, create=False)
-        except plyvel.IOError:  # locked: an exporter holds it
-            with tempfile.TemporaryDirectory(prefix=".copy-", dir=self.path.parent) as tmp:
-                copy = Path(tmp) / DB
-                _copy(self.path, copy)
-                db = _open(copy, create=False)
-                try:
-                    yield db
-                finally:
-                    db.close()
+            try:
+                yield db
+            finally:
+                db.close()
             return
-        try:
-            yield db
-        finally:
-            db.close()
+        with tmp:
+            copy = Path(tmp.name) / DB
+            _copy(self.path, copy)
+            db = _open(copy, create=False)
+            try:
+                yield db
+            finally:
+                db.close()
 
     def close(self) -> None:
         if self._db is not None:
