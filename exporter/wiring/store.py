@@ -523,7 +523,7 @@ def _verify(db: Any) -> list[str]:
 
 def read_state(state_dir: str | Path) -> dict[str, Any] | None:
     """The checkpoint in `state_dir` as plain data (the version-2 form), or None: for tests
-    and for an operator's look (beside a running exporter it reads a copy)."""
+    and for an operator's look (it reads a copy: the store is left as it is)."""
     store = Store(Path(state_dir) / DB)
     if not store.exists():
         return None
