@@ -43,10 +43,10 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from bench._common import OUT, header, table
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
-from exporter.wiring import store_v3
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import _KINDS, Changes
+from exporter.wiring.state import convert
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import _KINDS, Changes
 from zaroz_sim.fleet import Backlog, FleetShape, LiveFleet
 
 NS = 1_000_000_000
@@ -161,7 +161,7 @@ def _dir_bytes(path: Path) -> int:
 class _Both:
     """Each checkpoint's rows written by the product's store and by version 3's, timed apart."""
 
-    def __init__(self, cp: Checkpointer, sqlite: store_v3.Store) -> None:
+    def __init__(self, cp: Checkpointer, sqlite: convert.Store) -> None:
         self.cp, self.sqlite = cp, sqlite
         self.history: list[Changes] = []  # every checkpoint's rows, for the candidates
 
@@ -215,7 +215,7 @@ def rocksdict_candidate(history: list[Changes], stream_from: int, streamed: int,
         import rocksdict
     except ImportError:
         return [[f"{workloads}", "candidate", "rocksdict", "not installed", "", ""]]
-    from exporter.wiring.store import MEMTABLE, Unstored, _fill, _open
+    from exporter.wiring.state.store import MEMTABLE, Unstored, _fill, _open
 
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -283,7 +283,7 @@ def run(units: int, workloads: int, events: list[int], rounds: int, stream: int,
         slices.append(time.perf_counter() - t0)
         if not more:
             break
-    both = _Both(cp, store_v3.Store(sqlite_dir / store_v3.DB))
+    both = _Both(cp, convert.Store(sqlite_dir / convert.DB))
     ch, first = both.save()
     rows: list[list[str]] = [
         [f"{workloads}", "first save (whole)", design, f"{first[design][0] * 1e3:,.0f}",

@@ -272,7 +272,7 @@ def state_size(state_dir: Path) -> int:
     """Bytes of the stored state as one JSON document (read from a copy beside the writer)."""
     import orjson
 
-    from exporter.wiring.store import read_state
+    from exporter.wiring.state.store import read_state
 
     state = read_state(state_dir)
     return 0 if state is None else len(orjson.dumps(state))

@@ -38,9 +38,9 @@ from bench.cluster import NS, EventSource, FakeClock, Shape, apply_lines_typed, 
 from bench.cluster import populate as populate_cluster
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.sources.kube.typed import decode_list
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import DB
 from exporter.wiring.unitsignals import NamespaceHandler, SignalMemory, build_cluster
 from zaroz_sim.kube.emulator import KubeEmulator
 

@@ -6,11 +6,11 @@ ordered intake, the lifecycle model, metrics) or, as the floor, a bare aiohttp h
 reads the body and answers 204. The exporter runs three ways: without a state dir (the 200 goes
 once the event is applied: nothing is durable), with one (`--state-dir`: the 200 waits for a
 checkpoint that covers the delivery; deliveries that arrive together share one commit,
-wiring/commits.py), and, for comparison, with one commit per delivery. The same pre-signed POSTs
-go to each from `--senders` concurrent keep-alive connections, one workload per sender so each
-workload's deliveries stay in order. Rounds rotate the servers; the best round of each is
-printed, with the median and p99 response time of that round and, with a state dir, how many
-deliveries each commit covered.
+wiring/state/commits.py), and, for comparison, with one commit per delivery. The same
+pre-signed POSTs go to each from `--senders` concurrent keep-alive connections, one workload per
+sender so each workload's deliveries stay in order. Rounds rotate the servers; the best round
+of each is printed, with the median and p99 response time of that round and, with a state dir,
+how many deliveries each commit covered.
 
     python -m bench.webhook [--events N] [--senders K] [--rounds R] [--state-root DIR]
 """
@@ -49,9 +49,9 @@ def _serve(kind: str, secret_dir: str, state_dir: str, port_q: Any, stats_q: Any
     from exporter.sources.intake import Intake
     from exporter.sources.webhook import PATH, SecretFiles, WebhookReceiver
     from exporter.web.app import start_site
-    from exporter.wiring.checkpoint import Checkpointer, CheckpointError
-    from exporter.wiring.commits import GroupCommit
     from exporter.wiring.events import Pipeline
+    from exporter.wiring.state.checkpoint import Checkpointer, CheckpointError
+    from exporter.wiring.state.commits import GroupCommit
 
     class EachDelivery:
         """The naive way: one save begun and awaited per delivery."""

@@ -32,10 +32,15 @@ from exporter.sinks.metrics.route import RouteMetrics
 from exporter.sources.backoff import Backoff
 from exporter.sources.route import RouteClient
 from exporter.sources.tailer import TailSupervisor
-from exporter.wiring.checkpoint import FILE, Checkpointer, CheckpointError, render_checkpointed
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, Changes, Store, read_state
-from exporter.wiring.store_v3 import DB as V3_DB
+from exporter.wiring.state.checkpoint import (
+    FILE,
+    Checkpointer,
+    CheckpointError,
+    render_checkpointed,
+)
+from exporter.wiring.state.convert import DB as V3_DB
+from exporter.wiring.state.store import DB, Changes, Store, read_state
 from tests.serving import Feed
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.config import SimConfig

@@ -1,4 +1,4 @@
-"""The group commit (wiring/commits.py) over a checkpointer whose writes the test completes:
+"""The group commit (wiring/state/commits.py) over a checkpointer whose writes the test completes:
 deliveries share saves, a save taken by a scrape covers them, and a failed save fails every
 save written over the store it left behind."""
 
@@ -13,8 +13,8 @@ import aiohttp
 
 from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
-from exporter.wiring.checkpoint import CheckpointError
-from exporter.wiring.commits import GroupCommit
+from exporter.wiring.state.checkpoint import CheckpointError
+from exporter.wiring.state.commits import GroupCommit
 from tests.test_webhook_durability import BlockedWrites, serve_args
 from tests.waiting import until
 

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from exporter.sinks.metrics.family import Registry
 from exporter.web.app import MetricsServer, start_site
-from exporter.wiring import checkpoint
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import Store, read_state
+from exporter.wiring.state import checkpoint
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import Store, read_state
 from tests.simlogs import parse, value
 from tests.test_state_store import _POOL, _close, _pipeline, _same
 from zaroz_sim.fleet import envelope, unit_of

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import aiohttp
 
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, Store
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import DB, Store
 from tests.components import missing
 from tests.serving import Feed, Serve, scrape
 from tests.simlogs import assert_matches_truth, finite_logs, value

@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("exporter.sinks", "exporter.sources"),
     ("exporter.overview",),
     ("exporter.wiring",),
+    ("exporter.wiring.state",),
     ("exporter.report",),
     ("exporter.web",),
     ("exporter.commands",),

@@ -16,7 +16,7 @@ import pytest
 
 from exporter import catalog
 from exporter.wiring.expiry import ExpiryClock
-from exporter.wiring.store import read_state
+from exporter.wiring.state.store import read_state
 from tests.serving import Feed, Scraper, Serve, scrape
 from tests.simlogs import NS, assert_matches_truth, finite_logs, value
 from tests.waiting import until

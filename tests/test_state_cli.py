@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from exporter.sinks.traces.outbox import ACKED_FILE
-from exporter.wiring.store import DB, VERSION, Store, read_state
+from exporter.wiring.state.store import DB, VERSION, Store, read_state
 from tests.otlp_receiver import OtlpReceiver
 from tests.serving import MAIN, ROOT, Feed, Scraper, Serve, free_port, scrape
 from tests.simlogs import assert_matches_truth, finite_logs, value

@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
-from exporter.wiring.checkpoint import CONVERTED, FILE, Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, Changes, Store, read_state
+from exporter.wiring.state.checkpoint import CONVERTED, FILE, Checkpointer, CheckpointError
+from exporter.wiring.state.store import DB, Changes, Store, read_state
 from tests.simlogs import finite_logs
 from zaroz_sim.fleet import envelope, unit_of
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from exporter.wiring import store_v3
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, Changes, Store, read_state
+from exporter.wiring.state import convert
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import DB, Changes, Store, read_state
 from tests.test_state_store import LOGS, _close, _pipeline, _rich, _same
 
 
@@ -72,10 +72,10 @@ def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
     ch = old.changes()  # the whole state, as version 3 stored it
     state = old.state()
     old.close()
-    v3 = store_v3.Store(tmp_path / store_v3.DB)
+    v3 = convert.Store(tmp_path / convert.DB)
     v3.write(ch)
     v3.close()
-    as_v3 = store_v3.read_state(tmp_path)  # version 3's own reader
+    as_v3 = convert.read_state(tmp_path)  # version 3's own reader
     assert as_v3 is not None and as_v3["v"] == 3
     state["traces"]["stats"] = as_v3["traces"]["stats"]  # as that save froze them
     resent = len(as_v3["traces"]["outbox"]["spans"])
@@ -84,8 +84,8 @@ def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
     q = _pipeline()
     cp = Checkpointer(tmp_path, q)
     assert cp.load() == 2
-    assert not (tmp_path / store_v3.DB).exists()
-    assert (tmp_path / (store_v3.DB + ".converted")).exists()  # kept, read by nothing
+    assert not (tmp_path / convert.DB).exists()
+    assert (tmp_path / (convert.DB + ".converted")).exists()  # kept, read by nothing
     stored = read_state(tmp_path)
     assert stored is not None and stored["v"] == 4
     _same({**stored, "v": 3}, {**state, "v": 3})
@@ -103,8 +103,8 @@ def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
 def test_the_store_files_stay_bounded_over_a_long_stream(tmp_path: Path, monkeypatch):
     """Many memtables' worth of checkpoints: LevelDB folds its log into tables and removes
     what it no longer needs; the directory stays within a few times the state."""
-    monkeypatch.setattr("exporter.wiring.store.MEMTABLE", 64 << 10)
-    monkeypatch.setattr("exporter.wiring.store.TABLE_FILE", 64 << 10)
+    monkeypatch.setattr("exporter.wiring.state.store.MEMTABLE", 64 << 10)
+    monkeypatch.setattr("exporter.wiring.state.store.TABLE_FILE", 64 << 10)
     store = Store(tmp_path / DB)
     rows = 2000
     for i in range(300):

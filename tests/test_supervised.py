@@ -13,8 +13,8 @@ import pytest
 from exporter.sinks.metrics.family import Registry
 from exporter.sources.backoff import Backoff
 from exporter.sources.tasks import supervised
-from exporter.wiring.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.events import Pipeline
+from exporter.wiring.state.checkpoint import Checkpointer, CheckpointError
 from tests.simlogs import parse, value
 from tests.waiting import until
 from zaroz_sim.config import SimConfig

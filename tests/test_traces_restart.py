@@ -19,7 +19,7 @@ import orjson
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink, otlp_exporter
 from exporter.sinks.traces.outbox import ACKED_FILE
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import read_state
+from exporter.wiring.state.store import read_state
 from tests.otlp_receiver import OtlpReceiver, Span
 from tests.serving import Feed
 from tests.simlogs import finite_logs, parse, value

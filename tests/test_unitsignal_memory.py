@@ -20,11 +20,11 @@ from exporter.model.signal import UnitSignal
 from exporter.model.unitsignals import UnitSignalModel
 from exporter.sinks.metrics.family import Registry
 from exporter.sources.kube.typed import decode_event
-from exporter.wiring import checkpoint
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, Store, read_state
-from exporter.wiring.store import _key as store_key
+from exporter.wiring.state import checkpoint
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import DB, Store, read_state
+from exporter.wiring.state.store import _key as store_key
 from exporter.wiring.unitsignals import SignalMemory, build_cluster
 from tests.unitsignals import T0, iso, status, unitsignal
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from exporter.model.sharding import Shard
-from exporter.wiring.store import read_state
+from exporter.wiring.state.store import read_state
 from tests.serving import Serve, scrape
 from tests.unitsignals import iso
 from zaroz_sim.kube.emulator import KubeEmulator

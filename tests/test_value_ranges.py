@@ -23,9 +23,9 @@ from exporter.model.workload import RANGE
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sources.kube.typed import decode_list
 from exporter.timestamps import parse_rfc3339_ns
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import read_state
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import read_state
 from exporter.wiring.unitsignals import build_cluster
 from tests.envelopes import Log
 from tests.simlogs import parse, value

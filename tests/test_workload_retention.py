@@ -13,9 +13,9 @@ import aiohttp
 
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.wiring import lifetime
-from exporter.wiring.checkpoint import Checkpointer
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import read_state
+from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.store import read_state
 from tests.serving import Feed, Serve, scrape
 from tests.simlogs import NS, assert_matches_truth, finite_logs, parse, value
 from zaroz_sim.config import SimConfig

@@ -39,10 +39,10 @@ from exporter.vocabulary import WORKLOAD_DROP_REASONS
 from exporter.web.app import MetricsServer, start_site
 from exporter.web.security import WebSecurity
 from exporter.wiring import lifetime
-from exporter.wiring.checkpoint import Checkpointer, CheckpointError
-from exporter.wiring.commits import GroupCommit
 from exporter.wiring.events import Pipeline
 from exporter.wiring.expiry import ExpiryClock
+from exporter.wiring.state.checkpoint import Checkpointer, CheckpointError
+from exporter.wiring.state.commits import GroupCommit
 from exporter.wiring.unitsignals import NamespaceHandler, SignalMemory, build_cluster
 
 log = logging.getLogger("exporter.commands.serve")

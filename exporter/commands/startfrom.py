@@ -7,7 +7,7 @@ import functools
 from collections.abc import Awaitable, Callable
 
 from exporter.sources.route import CursorExpired, RouteClient
-from exporter.wiring.checkpoint import Checkpointer
+from exporter.wiring.state.checkpoint import Checkpointer
 
 START_FROM = ("checkpoint", "head", "earliest")
 

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter.sinks.traces.outbox import ACKED_FILE
-from exporter.wiring import store_v3
-from exporter.wiring.checkpoint import CONVERTED, FILE, LOCK
-from exporter.wiring.store import DB, Store, read_state
+from exporter.wiring.state import convert
+from exporter.wiring.state.checkpoint import CONVERTED, FILE, LOCK
+from exporter.wiring.state.store import DB, Store, read_state
 
 SOUND, PROBLEMS, USAGE = 0, 1, 2
 _MARK_WIDTH = 20  # as outbox.AckMark writes it
@@ -105,7 +105,7 @@ def _files(d: Path) -> Iterator[dict[str, Any]]:
     for p in sorted(d.iterdir()):
         if p.name == DB:
             role = "store (LevelDB: its log and tables)"
-        elif p.name.startswith(store_v3.DB):
+        elif p.name.startswith(convert.DB):
             role = ("store of version 3 (converted into the store at the next start)"
                     if not p.name.endswith(".converted") else
                     "converted store of version 3 (read by nothing, may be deleted)")
@@ -266,7 +266,7 @@ def backup(state_dir: str, dest: str) -> dict[str, Any]:
     if out.resolve() == d.resolve():
         raise UsageError(f"{dest}: is the state directory")
     store = Store(d / DB)
-    if not store.exists() and (d / store_v3.DB).exists():
+    if not store.exists() and (d / convert.DB).exists():
         raise UsageError(f"{state_dir}: holds a store of version 3, converted at the exporter's "
                          "next start: back it up after that start, or copy the directory while "
                          "no exporter runs")

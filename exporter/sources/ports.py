@@ -81,7 +81,7 @@ class KubeRecorder(Protocol):
 
 class Durability(Protocol):
     """What the webhook receiver waits for before it acknowledges a delivery: a checkpoint that
-    covers everything applied so far (wiring/commits.py)."""
+    covers everything applied so far (wiring/state/commits.py)."""
 
     async def covered(self) -> bool:
         """True once such a checkpoint is durable; False when it failed."""

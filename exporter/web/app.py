@@ -14,7 +14,7 @@ from exporter.overview.web import Overview
 from exporter.sinks.metrics.exposition import CONTENT_TYPES, Format, coalesce, negotiate
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.pbprime import prime
-from exporter.wiring.checkpoint import BeginsSaves, CheckpointError, render_checkpointed_async
+from exporter.wiring.state.checkpoint import BeginsSaves, CheckpointError, render_checkpointed_async
 
 Readiness = Callable[[], tuple[bool, str]]
 log = logging.getLogger("exporter.web.app")

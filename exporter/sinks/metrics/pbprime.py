@@ -1,7 +1,7 @@
 """A scrape's rendering, done ahead in bounded slices that yield to the loop.
 
 A scrape's render must be synchronous (no await between the checkpoint and the exposition, so
-the exposition is exactly the state a checkpoint saved: wiring/checkpoint.py), so whatever it
+the exposition is exactly the state a checkpoint saved: wiring/state/checkpoint.py), so whatever it
 renders holds the event loop: the text lines of every series and table chunk changed since the
 last scrape (100k UnitSignal rows after a sync or a burst of watch events: hundreds of ms),
 and for the first protobuf scrape every series and chunk encoded (seconds at a million series).

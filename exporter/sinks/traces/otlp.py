@@ -418,7 +418,7 @@ class TraceSink:
     def units_tracked(self) -> int:
         return sum(len(b.units) for b in self.builders.values())
 
-    # -- checkpoint hooks (wiring/checkpoint.py): see outbox.py for why and how --------------------
+    # -- checkpoint hooks (wiring/state/checkpoint.py): see outbox.py for why and how ------------
 
     def checkpointed(self, state_dir: str | Path) -> None:
         """Spans are from now on held until a checkpoint in `state_dir` covers them, then

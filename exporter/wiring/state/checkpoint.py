@@ -18,7 +18,7 @@ in place). Besides, a checkpoint is saved every `--checkpoint-interval` seconds 
 shutdown. A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
 
 Each save writes only what changed since the last one, as one batch appended to the store's log
-(wiring/store.py): the model and the series record what they change as they go (O(1) per
+(wiring/state/store.py): the model and the series record what they change as they go (O(1) per
 change: a set of unit ids per WorkloadLog, a list of changed series per family, the workloads
 that moved), and a save turns those into rows, so its work grows with the events since the last
 save, not with the fleet. The first save of a process that loaded no checkpoint (a fresh disk,
@@ -80,9 +80,9 @@ from exporter.sinks.metrics.state import (
 )
 from exporter.sinks.traces.builder import unit_state
 from exporter.sinks.traces.outbox import encode as encode_span
-from exporter.wiring import store_v3
 from exporter.wiring.events import Pipeline
-from exporter.wiring.store import DB, VERSION, Changes, Store, fsync_path
+from exporter.wiring.state import convert
+from exporter.wiring.state.store import DB, VERSION, Changes, Store, fsync_path
 from exporter.wiring.unitsignals import SignalMemory
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Checkpointer:
         self.shard = shard if shard is not None else Shard()
         self.path = self.dir / FILE
         self.store = Store(self.dir / DB)
-        self.legacy = store_v3.Store(self.dir / store_v3.DB)  # version 3: converted once
+        self.legacy = convert.Store(self.dir / convert.DB)  # version 3: converted once
         self.pipeline = pipeline
         self.metrics = metrics if metrics is not None else CheckpointMetrics(pipeline.registry)
         self.clock = clock
@@ -691,7 +691,7 @@ def render_checkpointed(registry: Registry, openmetrics: bool | Format,
 
 class BeginsSaves(Protocol):
     """What a scrape saves through: a `Checkpointer`, or the group commit that numbers its
-    saves for the webhook's deliveries (wiring/commits.py)."""
+    saves for the webhook's deliveries (wiring/state/commits.py)."""
 
     def begin_save(self) -> Callable[[], Awaitable[bool]]: ...
 

@@ -1,6 +1,6 @@
 """Version 3 of the checkpoint's store: one SQLite database, `state.db`, in `--state-dir`.
 
-Read once to convert it into the log-structured store (wiring/store.py), then put aside; its
+Read once to convert it into the log-structured store (wiring/state/store.py), then put aside; its
 writer is kept for `bench.checkpoint`, which measures it beside the store that replaced it.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from exporter.wiring.store import Changes, assemble
+from exporter.wiring.state.store import Changes, assemble
 
 DB = "state.db"
 # Small pages: a checkpoint rewrites each page holding a changed row, and changed units are

@@ -33,7 +33,7 @@ import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from exporter.wiring.checkpoint import Checkpointer, CheckpointError
+from exporter.wiring.state.checkpoint import Checkpointer, CheckpointError
 
 _Outcome = bool | CheckpointError  # whether something was written, or why nothing was
 
