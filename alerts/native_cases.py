@@ -4,7 +4,7 @@ The same burn-rate cases as the classic ones (`alerts.cases`: fast burn pages th
 burn only tickets, resolves when the burn stops, a healthy neighbour never fires), with the
 histograms written as native histogram input series (promtool 2.53+ reads them; 2.42 cannot, so
 tests/test_alerts_native_promtool.py runs these files with Debian trixie's promtool, which
-.ci/promtool-native fetches).
+.ci/components fetches).
 
 Two sets:
 - `slo.yaml` against rules generated for `TEST_CONFIG` (alerts/tests/native/rules/): thresholds

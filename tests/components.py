@@ -51,7 +51,7 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 
 
 # promtool 2.53+ for the native-histogram promtool tests (bookworm's 2.42 cannot write native
-# histogram series): .ci/promtool-native unpacks Debian trixie's here; PROMTOOL_NATIVE overrides.
+# histogram series): .ci/components unpacks Debian trixie's here; PROMTOOL_NATIVE overrides.
 PROMTOOL_NATIVE_DEFAULT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     ".ci", "cache", "promtool-2.53", "usr", "bin", "promtool",
@@ -63,11 +63,34 @@ def require_promtool_native() -> str:
     input series in `promtool test rules`."""
     path = os.environ.get("PROMTOOL_NATIVE") or PROMTOOL_NATIVE_DEFAULT
     if not os.access(path, os.X_OK):
-        missing(f"promtool 2.53+ is not at {path} (.ci/promtool-native fetches it; "
+        missing(f"promtool 2.53+ is not at {path} (.ci/components fetches it; "
                 "or set PROMTOOL_NATIVE)")
     out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     version = out.stdout.split()[2] if out.stdout.startswith("promtool, version ") else ""
     major, minor = (int(x) for x in version.split(".")[:2]) if version.count(".") >= 2 else (0, 0)
     if (major, minor) < (2, 53):
         missing(f"{path} is promtool {version or out.stdout!r}; the native tests need 2.53+")
+    return path
+
+
+CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".ci", "cache")
+
+# The newest end of the supported range (docs/compatibility.md), unpacked by .ci/components from
+# Debian sid's .debs: (directory under .ci/cache, binary, environment variable that overrides it).
+PROMETHEUS_3 = ("prometheus-3.5", "prometheus", "PROMETHEUS_3")
+PROMTOOL_3 = ("promtool-3.5", "promtool", "PROMTOOL_3")
+ALERTMANAGER_NEW = ("alertmanager-0.33", "prometheus-alertmanager", "ALERTMANAGER_NEW")
+AMTOOL_NEW = ("alertmanager-0.33", "amtool", "AMTOOL_NEW")
+VICTORIA_METRICS = ("victoria-metrics-1.145", "victoria-metrics", "VICTORIA_METRICS")
+VMAGENT = ("victoria-metrics-1.145", "vmagent", "VMAGENT")
+VMALERT = ("victoria-metrics-1.145", "vmalert", "VMALERT")
+
+
+def require_cached(component: tuple[str, str, str]) -> str:
+    """A binary .ci/components unpacked (or the one its environment variable names)."""
+    directory, binary, env = component
+    path = os.environ.get(env) or os.path.join(CACHE, directory, "usr", "bin", binary)
+    if not os.access(path, os.X_OK):
+        missing(f"{binary} ({directory}) is not at {path} (.ci/components fetches it; "
+                f"or set {env})")
     return path

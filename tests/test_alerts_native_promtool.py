@@ -1,6 +1,6 @@
 """`promtool test rules` on the native-histogram SLO alerts (alerts/tests/native/), at thresholds
 that are no classic bucket boundary (readiness 45 s, allocation ack 1.5 s), with promtool 2.53
-from Debian trixie (.ci/promtool-native): bookworm's 2.42 cannot write native histogram series.
+from Debian trixie (.ci/components): bookworm's 2.42 cannot write native histogram series.
 """
 
 from __future__ import annotations
