@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -295,11 +296,22 @@ def dir_bytes(path: Path | None) -> int:
 # -- the measured window ---------------------------------------------------------------------------
 
 
+def server_timing(header: str | None) -> dict[str, float]:
+    """The exporter's Server-Timing header (web/app.py: where a scrape's wait went), in s."""
+    out: dict[str, float] = {}
+    for part in (header or "").split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        with contextlib.suppress(ValueError):
+            out[name] = float(dur) / 1e3
+    return out
+
+
 async def scraper(exp: Exporter, interval: float, seconds: float, out: list[float],
-                  errors: list[str]) -> None:
+                  errors: list[str], steps: list[dict[str, float]] | None = None) -> None:
     """Scrape on the slots start + k * interval for `seconds` (at most seconds/interval + 1
     scrapes); a scrape that outlasts its interval skips the slots it missed, as Prometheus does,
-    so slow scrapes do not pile up back to back."""
+    so slow scrapes do not pile up back to back. `steps`: per scrape, the exporter's
+    Server-Timing steps with `headers` (request to response headers) and `total` (whole)."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -312,9 +324,13 @@ async def scraper(exp: Exporter, interval: float, seconds: float, out: list[floa
             try:
                 async with session.get(exp.url + "/metrics", headers=ACCEPT,
                                        timeout=aiohttp.ClientTimeout(total=60)) as r:
+                    headers = time.perf_counter() - t
                     await r.read()
                     if r.status == 200:
                         out.append(time.perf_counter() - t)
+                        if steps is not None:
+                            steps.append({**server_timing(r.headers.get("Server-Timing")),
+                                          "headers": headers, "total": out[-1]})
                     else:
                         errors.append(f"HTTP {r.status}")
             except (aiohttp.ClientError, TimeoutError) as e:
@@ -350,6 +366,7 @@ async def prober(exp: Exporter, interval: float, seconds: float, out: list[float
 class Figures:
     sync_s: float = 0.0
     scrapes: list[float] = field(default_factory=list)
+    steps: list[dict[str, float]] = field(default_factory=list)  # per scrape (scraper)
     healthz: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     saves_per_min: float | None = None
@@ -406,14 +423,18 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
             stats0 = await route.ask("stats")
             emitted0 = stats0["emitted"]
             t_stream = time.perf_counter()
+            spy = profile(args, exporters["with --state-dir"], work, f"window-{workloads}",
+                          args.seconds)
             tasks = []
             for name, exp in exporters.items():
                 f = figs[name]
                 for interval in args.scrape_intervals:
-                    tasks.append(scraper(exp, interval, args.seconds, f.scrapes, f.errors))
+                    tasks.append(scraper(exp, interval, args.seconds, f.scrapes, f.errors,
+                                         f.steps))
                 tasks.append(prober(exp, args.healthz_interval, args.seconds, f.healthz,
                                     f.errors))
             await asyncio.gather(*tasks)
+            await stop_profile(spy)
             stats = await route.ask("stats")
             streamed_s = time.perf_counter() - t_stream
             rate = (stats["emitted"] - stats0["emitted"]) / streamed_s
@@ -453,7 +474,10 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                 exp = exporters[name]
                 stop_s = await exp.stop(sig)
                 await exp.start()
+                kind = "state" if exp.state_dir else "plain"
+                spy = profile(args, exp, work, f"restart-{workloads}-{kind}-{label}", None)
                 ready_s = await wait_ready(session, exp, units, args.timeout)
+                await stop_profile(spy)
                 figs[name].restarts[label] = (stop_s, ready_s)
                 print(f"restart {name} after {label}: stopped in {stop_s:.1f} s, "
                       f"ready with the units in {ready_s:.2f} s", flush=True)
@@ -463,6 +487,48 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
         route.stop()
     report(workloads, units, figs)
     return figs
+
+
+def profile(args: argparse.Namespace, exp: Exporter, work: Path, name: str,
+            seconds: float | None) -> subprocess.Popen[bytes] | None:
+    """With --py-spy: py-spy (--idle, 200 Hz, raw collapsed stacks) on `exp` for `seconds`
+    (None: until stop_profile), into the --py-spy directory."""
+    if args.py_spy is None:
+        return None
+    out = Path(args.py_spy) / f"{name}.txt"
+    cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--idle", "-r", "200",
+           "-f", "raw", "-o", str(out), "-p", str(exp.pid)]
+    if seconds is not None:
+        cmd += ["-d", str(math.ceil(seconds))]
+    log = open(work / f"py-spy-{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+    return subprocess.Popen(cmd, stdout=log, stderr=log)
+
+
+async def stop_profile(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is None:
+        return
+    if spy.poll() is None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled and ends
+    for _ in range(300):  # bounded: 30 s
+        if spy.poll() is not None:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        spy.kill()
+        spy.wait()
+
+
+def steps_report(name: str, steps: list[dict[str, float]]) -> None:
+    """The scrape's wait, step by step: the median of each, then the slowest scrape's."""
+    if not steps or "hop" not in steps[0]:
+        return
+    keys = ["prime", "take", "render", "write", "hop", "resume", "headers", "total"]
+    med = {k: statistics.median(s.get(k, 0.0) for s in steps) for k in keys}
+    slow = max(steps, key=lambda s: s["total"])
+    print(f"{name}: where a scrape's time went (Server-Timing; headers = request to response "
+          "headers, total = to the last byte)")
+    print(table([["", *keys], ["median", *(_ms(med[k]) for k in keys)],
+                 ["slowest", *(_ms(slow.get(k)) for k in keys)]]))
 
 
 def report(workloads: int, units: int, figs: dict[str, Figures]) -> None:
@@ -497,10 +563,15 @@ def report(workloads: int, units: int, figs: dict[str, Figures]) -> None:
             f"{f.restarts[lb][0]:.1f} s / {f.restarts[lb][1]:.2f} s")
     print(f"\n{units:,} units, {workloads:,} workloads")
     print(table(rows))
+    for name in names:
+        steps_report(name, figs[name].steps)
     st, pl = figs[names[0]], figs[names[1]]
     if st.scrapes and pl.scrapes:
         ratio = statistics.median(st.scrapes) / statistics.median(pl.scrapes)
         print(f"scrape median with --state-dir / without: {ratio:.2f}x (target <= 1.5x)")
+        slow, bound = max(st.scrapes), 3 * max(pl.scrapes) + 0.05
+        print(f"slowest scrape with --state-dir: {_ms(slow)}, without: {_ms(max(pl.scrapes))} "
+              f"(target <= 3x the slowest without + 50 ms = {_ms(bound)})")
     if st.disk_bytes_per_event is not None:
         print(f"disk bytes written per streamed event with --state-dir: "
               f"{st.disk_bytes_per_event:,.0f} B (target <= 600 B; version 3's SQLite store: "
@@ -529,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="extra argument for both serve processes (repeat), e.g. "
                         "--serve-arg=--checkpoint-interval=10")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, state)")
+    p.add_argument("--py-spy", metavar="DIR", default=None,
+                   help="profile the state exporter with py-spy --idle during the window and "
+                        "each restart into DIR (raw collapsed stacks; needs root or ptrace)")
     args = p.parse_args(argv)
     try:
         counts = [int(x) for x in args.workloads.split(",") if x]

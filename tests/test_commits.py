@@ -5,7 +5,7 @@ save written over the store it left behind."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,8 @@ import aiohttp
 
 from exporter.commands.config import ServeConfig
 from exporter.commands.serve import start
-from exporter.wiring.state.checkpoint import CheckpointError
+from exporter.wiring.events import Pipeline
+from exporter.wiring.state.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.state.commits import GroupCommit
 from tests.test_webhook_durability import BlockedWrites, serve_args
 from tests.waiting import until
@@ -23,29 +24,36 @@ class Writes:
     """A checkpointer whose saves stay in flight until the test ends each one."""
 
     def __init__(self) -> None:
-        self.pending: list[asyncio.Future[bool]] = []
+        self.pending: list[tuple[Callable[[], None], list[bool | None]]] = []
         self.refuse = False  # the next save cannot even be taken
 
-    def begin_save(self) -> Callable[[], Awaitable[bool]]:
+    def begin_write(self, on_done: Callable[[], None]) -> Callable[[], bool]:
         if self.refuse:
             self.refuse = False
             raise CheckpointError("state dir is in use by another exporter")
-        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.pending.append(written)
+        ended: list[bool | None] = [None]
+        self.pending.append((on_done, ended))
 
-        async def durable() -> bool:
-            return await asyncio.shield(written)
+        def finish() -> bool:
+            if not ended[0]:
+                raise CheckpointError("database or disk is full")
+            return True
 
-        return durable
+        return finish
 
     def save(self) -> bool:
         return True
 
+    async def take_ahead(self) -> None:
+        pass
+
+    def failed(self, e: BaseException) -> CheckpointError:
+        return CheckpointError(str(e))
+
     def end(self, i: int, error: bool = False) -> None:
-        if error:
-            self.pending[i].set_exception(CheckpointError("database or disk is full"))
-        else:
-            self.pending[i].set_result(True)
+        on_done, ended = self.pending[i]
+        ended[0] = not error
+        on_done()
 
 
 def _commits() -> tuple[GroupCommit, Writes]:
@@ -165,6 +173,72 @@ async def test_a_save_taken_after_a_failure_to_take_one_is_durable():
     await until(lambda: len(writes.pending) == 2)
     writes.end(1)
     assert await waiting is True
+
+
+async def test_a_waiting_scrape_resumes_one_hop_after_its_write_ends(tmp_path: Path):
+    """From the writer thread's end of a save to the scrape's resumption, the loop runs the
+    group commit's one callback and the scrape's own wakeup: no task, shield or future in
+    between, each of which would queue it behind whatever else waits on the loop."""
+    p = Pipeline()
+    p.workload("wl-1").offer({"seq": 1, "type": "unit.created", "unit": "u-1"}, "route")
+    cp = Checkpointer(tmp_path, p)
+    commits = GroupCommit(cp)
+    loop = asyncio.get_running_loop()
+    hops: list[str] = []
+    ended = [False]
+    write = cp._write
+
+    def ending(ch: Any) -> tuple[int, int]:
+        try:
+            return write(ch)
+        finally:
+            ended[0] = True  # in the writer thread, before its completion is announced
+
+    def counted(name: str, schedule: Callable[..., asyncio.Handle]) -> Callable[..., Any]:
+        def call(*args: Any, **kw: Any) -> asyncio.Handle:
+            if ended[0]:
+                hops.append(name)
+            return schedule(*args, **kw)
+        return call
+
+    cp._write = ending  # type: ignore[method-assign]
+    loop.call_soon = counted("call_soon", loop.call_soon)  # type: ignore[method-assign]
+    loop.call_soon_threadsafe = counted(  # type: ignore[method-assign]
+        "call_soon_threadsafe", loop.call_soon_threadsafe)
+    try:
+        durable = commits.begin_save()  # a scrape's save, then its wait
+        assert await durable() is True
+        resumed = list(hops)
+    finally:
+        del loop.call_soon, loop.call_soon_threadsafe
+        cp.close()
+    assert resumed == ["call_soon_threadsafe", "call_soon"], resumed
+
+
+async def test_a_page_queued_when_a_write_ends_waits_for_the_scrape_it_settles():
+    commits, writes = _commits()
+    order: list[str] = []
+    arrived: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def scrape() -> None:
+        await commits.begin_save()()
+        order.append("scrape")
+
+    async def page() -> None:
+        await arrived  # a tailer's response, read before the write's end reaches the loop
+        ahead = commits.gate()
+        if ahead is not None:
+            await ahead
+        order.append("page")
+
+    tasks = [asyncio.create_task(scrape()), asyncio.create_task(page())]
+    await until(lambda: len(writes.pending) == 1)
+    assert commits.gate() is None  # no write ended: pages go on
+    arrived.set_result(None)  # the page's turn is queued first,
+    writes.end(0)  # then the writer's completion
+    await asyncio.gather(*tasks)
+    assert order == ["scrape", "page"]
+    assert commits.gate() is None
 
 
 async def test_a_scrape_whose_save_is_queued_behind_a_failing_one_is_refused(tmp_path: Path):

@@ -298,16 +298,17 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         flag, value = (("--state-dir", config.state_dir) if isinstance(e, CheckpointError)
                        else ("--start-from", config.start_from))
         raise ConfigError(flag, value, str(e)) from None
+    commits = GroupCommit(checkpointer) if checkpointer is not None else None
     if client is not None:
         supervisor = TailSupervisor(
             client, pipeline, RouteMetrics(pipeline.registry), list(config.workload) or None,
             config.discovery_interval, backoff_factory=backoff, owns=owns,
             start_cursor=start_cursor, limit=config.page_limit, wait=config.wait,
             poll_interval=config.poll_interval,
+            gate=None if commits is None else commits.gate,  # a waiting scrape goes first
         )
     kube = _kube_source(config, session, pipeline, owns, backoff, model)
     running_box: list[Running] = []
-    commits = GroupCommit(checkpointer) if checkpointer is not None else None
     server = MetricsServer(pipeline.registry, lambda: running_box[0].readiness(),
                            gzip_level=config.gzip_level, checkpointer=commits,
                            held=lambda: running_box[0].held(),

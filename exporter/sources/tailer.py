@@ -83,7 +83,11 @@ class Tailer:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         start_cursor: Callable[[], Awaitable[int]] | None = None,
+        gate: Callable[[], Awaitable[None] | None] | None = None,
     ) -> None:
+        """`gate`: asked before each page is applied; an awaitable it returns is awaited first
+        (the group commit lets a scrape whose checkpoint was just written resume ahead of the
+        pages queued on the loop)."""
         self.client = client
         self.workload = workload
         self.log = log
@@ -114,6 +118,7 @@ class Tailer:
         self._urgent = False
         # The long poll or pause fetch_now() may cut short (a task of its own), if one runs.
         self._cuttable: asyncio.Future[Any] | None = None
+        self.gate = gate
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -226,6 +231,10 @@ class Tailer:
             return self.retry.failed(e, cursor=after)
         self._count(page.result)
         took = self.monotonic() - started
+        if self.gate is not None:
+            ahead = self.gate()
+            if ahead is not None:
+                await ahead
         delay = self._apply(after, page.events, page.head_seq, took < wait / 2)
         if (self.poll_interval > took and len(page.events) < self.limit
                 and self.log.applied_through >= page.head_seq):

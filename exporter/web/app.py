@@ -30,6 +30,17 @@ def _accepts_gzip(header: str | None) -> bool:
     return False
 
 
+def _server_timing(start: float, primed: float, rendered: float, taken: float, ended: float,
+                   settled: float, resumed: float) -> str:
+    """Where a scrape's wait went, in ms (bench.fleet reads it): priming, taking the checkpoint,
+    rendering, the write in the writer thread, its one hop back to the loop (which the render
+    holds up while it runs) and the scrape's resumption after it."""
+    steps = (("prime", primed - start), ("take", taken - primed), ("render", rendered - taken),
+             ("write", ended - taken), ("hop", settled - max(ended, rendered)),
+             ("resume", resumed - settled))
+    return ", ".join(f"{name};dur={max(s, 0.0) * 1e3:.2f}" for name, s in steps)
+
+
 class MetricsServer:
     def __init__(
         self,
@@ -74,16 +85,22 @@ class MetricsServer:
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
         pb = fmt is Format.PROTOBUF
         await prime(self.registry, protobuf=pb, text=not pb)
+        primed = time.perf_counter()
+        rendered: list[float] = []
         # From here to the rendered exposition, no await (render_checkpointed_async: it awaits
         # only the checkpoint's write, once the exposition is rendered, before it is sent).
         if self.held is not None:
             self.registry.hold(self.held())
         try:
-            chunks = await render_checkpointed_async(self.registry, fmt, self.checkpointer)
+            chunks = await render_checkpointed_async(self.registry, fmt, self.checkpointer,
+                                                     rendered)
         except CheckpointError as e:
             log.error("scrape refused: the checkpoint could not be saved", extra={"error": str(e)})
             return web.Response(status=503, text=f"checkpoint failed: {e}\n")
         resp = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[fmt]})
+        hops = getattr(self.checkpointer, "hops", None)
+        if hops is not None and rendered:
+            resp.headers["Server-Timing"] = _server_timing(start, primed, rendered[0], *hops)
         if gz:
             resp.headers["Content-Encoding"] = "gzip"
             comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)

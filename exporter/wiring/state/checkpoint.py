@@ -369,6 +369,25 @@ class Checkpointer:
 
         return durable
 
+    def begin_write(self, on_done: Callable[[], None]) -> Callable[[], bool]:
+        """`begin_save` without a wait on the loop: `on_done` is called in the writer thread
+        once the write ended (the group commit's one hop back to the loop), and the returned
+        function, called on the loop after that, says whether something was written or raises
+        CheckpointError, as the coroutine of `begin_save` does."""
+        start = time.perf_counter()
+        ch = self._prepare()
+        written = self._writer().submit(self._write, ch)
+        written.add_done_callback(lambda _: on_done())
+
+        def finish() -> bool:
+            try:
+                rows = written.result(timeout=0)
+            except Exception as e:
+                raise self._failed(e) from e
+            return self._done(ch, start, rows)
+
+        return finish
+
     def _prepare(self) -> Changes | None:
         """The changes to write (None: nothing changed); from then on they count as stored."""
         try:
@@ -701,11 +720,13 @@ class BeginsSaves(Protocol):
 
 
 async def render_checkpointed_async(registry: Registry, openmetrics: bool | Format,
-                                    checkpointer: BeginsSaves | None) -> list[bytes]:
+                                    checkpointer: BeginsSaves | None,
+                                    rendered: list[float] | None = None) -> list[bytes]:
     """`render_checkpointed`, with the checkpoint written off the event loop: what changed is
     taken, then the whole exposition rendered, with no await in between (the exposition is
     exactly the checkpointed state), and only then does it wait for the write to be durable.
-    The caller sends nothing before this returns; raises CheckpointError as the other does."""
+    The caller sends nothing before this returns; raises CheckpointError as the other does.
+    `rendered`: gets the perf_counter at which the render ended (the scrape's Server-Timing)."""
     if checkpointer is None:
         return list(render(registry, openmetrics))
     await checkpointer.take_ahead()  # a whole save due: most of it in slices, first
@@ -716,6 +737,8 @@ async def render_checkpointed_async(registry: Registry, openmetrics: bool | Form
     except Exception as e:
         raise checkpointer.failed(e) from e
     chunks = list(render(registry, openmetrics))
+    if rendered is not None:
+        rendered.append(time.perf_counter())
     try:
         await durable()
     except CheckpointError:
