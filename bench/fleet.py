@@ -171,9 +171,15 @@ class Exporter:
                 "--kube", "off", "--log-level", "warning", *self.extra]
         if self.state_dir is not None:
             args += ["--state-dir", str(self.state_dir)]
+        # Bytecode kept between starts (the image's pip compiles it at install): without it
+        # (PYTHONDONTWRITEBYTECODE, a checkout never compiled) every restart compiles the whole
+        # exporter first, most of its time to ready. The first start, not timed, writes it.
+        env = child_env()
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(self.log_path.parent / "pycache")
         with open(self.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", MAIN, *args, cwd=ROOT, env=child_env(),
+                sys.executable, "-c", MAIN, *args, cwd=ROOT, env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log,
                 preexec_fn=_die_with_parent)
 

@@ -436,3 +436,30 @@ async def test_empty_page_behind_head_backs_off_instead_of_spinning():
     assert all(d > 0 for d in delays) and t.backoff.failures == 3
     assert not t.caught_up and t.log.applied_through == 0
     assert registry["zaroz_route_head_seq"].labels("wl-1").value == 5
+
+
+async def test_a_page_waits_for_the_gate_before_it_is_applied():
+    class OnePage:
+        async def events(self, workload: str, after: int, limit: int, wait: float) -> Page:
+            return Page(envelopes(3)[after:], 3)
+
+    registry = Registry()
+    wl = Pipeline(registry).workload("wl-1")
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    asked: list[int] = []
+
+    def ahead() -> asyncio.Future[None] | None:
+        asked.append(wl.applied_through)
+        return None if gate.done() else gate
+
+    t = Tailer(OnePage(), "wl-1", wl, RouteMetrics(registry),  # type: ignore[arg-type]
+               backoff=fast_backoff(), idle_delay=0.01, gate=ahead)
+    t.start()
+    await until(lambda: asked)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert wl.applied_through == 0  # the page waits while the gate is shut
+    gate.set_result(None)
+    await until(lambda: t.caught_up)
+    await t.stop()
+    assert wl.applied_through == 3 and asked[0] == 0
