@@ -122,7 +122,8 @@ class GroupCommit:
             save.ended_at = time.perf_counter()
             save.done = True
             self.written = True
-            loop.call_soon_threadsafe(self._settle)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (shutdown)
+                loop.call_soon_threadsafe(self._settle)
 
         try:
             save.finish = self.checkpointer.begin_write(on_done)
