@@ -268,5 +268,8 @@ async def test_a_scrape_whose_save_is_queued_behind_a_failing_one_is_refused(tmp
             # Written, but over a store without the first save's changes: not exposed.
             assert await second == 503
             assert await scrape() == 200  # the next save is written whole
+            async with s.get(running.url + "/metrics") as r:  # where its time went
+                steps = [p.strip().split(";")[0] for p in r.headers["Server-Timing"].split(",")]
+            assert steps == ["prime", "take", "render", "write", "hop", "resume"]
     finally:
         await running.stop()
