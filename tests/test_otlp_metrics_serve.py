@@ -6,6 +6,7 @@ a receiver away for a while then back missing no total."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def resets(rx: MetricsReceiver) -> list[tuple[Any, float, float]]:
     for k, pts in cumulative(rx).items():
         if restarts(k[1]):
             continue
-        for a, b in zip(pts, pts[1:], strict=False):
+        for a, b in itertools.pairwise(pts):
             if b.time_ns > a.time_ns and (b.value < a.value or b.start_ns != a.start_ns):
                 out.append((k, a.value, b.value))
     return out
@@ -63,10 +64,10 @@ def received_totals(rx: MetricsReceiver) -> dict[tuple[str, frozenset], float]:
 
 
 async def _get(url: str, accept: str | None = None) -> bytes:
-    async with aiohttp.ClientSession() as s:
-        async with s.get(url + "/metrics", headers={"Accept": accept} if accept else {}) as r:
-            assert r.status == 200
-            return await r.read()
+    headers = {"Accept": accept} if accept else {}
+    async with aiohttp.ClientSession() as s, s.get(url + "/metrics", headers=headers) as r:
+        assert r.status == 200
+        return await r.read()
 
 
 async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path):

@@ -8,10 +8,14 @@ immutable snapshot, which the export then maps off the event loop.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+# The runtime opentelemetry-proto's messages use; imported by name (it ships no type stubs).
+descriptor_pb2: Any = importlib.import_module("google.protobuf.descriptor_pb2")
+descriptor_pool: Any = importlib.import_module("google.protobuf.descriptor_pool")
+message_factory: Any = importlib.import_module("google.protobuf.message_factory")
 
 F = descriptor_pb2.FieldDescriptorProto
 _OPT, _REP = F.LABEL_OPTIONAL, F.LABEL_REPEATED

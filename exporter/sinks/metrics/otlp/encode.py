@@ -163,7 +163,7 @@ def metrics(families: Iterable[Any], now_ns: int, start_of: StartOf,
 
 
 def _points(m: pb.Metric) -> Any:
-    return getattr(m, m.WhichOneof("data")).data_points
+    return getattr(m, m.WhichOneof("data") or "gauge").data_points
 
 
 def _halves(m: pb.Metric, max_points: int) -> Iterator[pb.Metric]:
@@ -172,7 +172,7 @@ def _halves(m: pb.Metric, max_points: int) -> Iterator[pb.Metric]:
     if len(pts) <= max_points:
         yield m
         return
-    kind = m.WhichOneof("data")
+    kind = m.WhichOneof("data") or "gauge"
     for i in range(0, len(pts), max_points):
         part = pb.Metric(name=m.name, description=m.description, unit=m.unit)
         body = getattr(part, kind)

@@ -10,7 +10,8 @@ mixin's `_translate_data` seam, as for traces (sinks/traces/transport.py).
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol, cast
 from urllib.parse import urlsplit
 
 HTTP, GRPC = "http/protobuf", "grpc"
@@ -30,7 +31,7 @@ class MetricsTransport(Protocol):
     def shutdown(self) -> None: ...
 
 
-def enabled(flag: str | None, env: dict[str, str] | os._Environ[str] | None = None) -> bool:
+def enabled(flag: str | None, env: Mapping[str, str] | None = None) -> bool:
     """On with --otlp-metrics-endpoint, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, or
     OTEL_EXPORTER_OTLP_ENDPOINT with OTEL_METRICS_EXPORTER=otlp; never with
     OTEL_SDK_DISABLED=true or OTEL_METRICS_EXPORTER=none (the flag still wins)."""
@@ -114,7 +115,8 @@ class _Grpc:
             os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "localhost:4317"
 
     def send(self, body: bytes, points: int) -> Sent:
-        result = self.exporter._export(self._encoded(body, points))
+        # Not MetricsData, which `_export` is typed for: it hands it only to the seams above.
+        result = self.exporter._export(cast(Any, self._encoded(body, points)))
         ok = result is self._success
         return Sent(ok, None, "" if ok else "refused or unreachable (gRPC)")
 
