@@ -76,6 +76,7 @@ class MetricsReceiver:
         self.points: list[Point] = []
         self.requests = 0
         self.refused = 0
+        self.too_large = 0
         self.fail_status: int | None = None
         self.retry_after: str | None = None
         self.max_body: int | None = None  # larger bodies: 413
@@ -100,7 +101,7 @@ class MetricsReceiver:
             headers = {"Retry-After": self.retry_after} if self.retry_after else {}
             return web.Response(status=self.fail_status, text="refused by test", headers=headers)
         if self.max_body is not None and len(body) > self.max_body:
-            self.refused += 1
+            self.too_large += 1
             return web.Response(status=413, text="too large")
         points = decode(body)
         with self._lock:

@@ -70,7 +70,9 @@ async def _get(url: str, accept: str | None = None) -> bytes:
         return await r.read()
 
 
-async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path):
+async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "1")  # an outage fails in 1 s
     logs, _ = finite_logs(seed=21, workloads=2, seconds=200, rate=0.8)
     route = RouteServer(SimConfig(workloads=2).workload_list())
     base = await route.start()
@@ -105,7 +107,13 @@ async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path):
             k[1] for k in before if k in after and restarts(k[1])}, "a restart must show"
         assert not moved, f"start times changed across the restart: {sorted(moved)}"
 
-        rx.stop()  # the receiver away while events go on
+        # Faults: 503 with Retry-After, then down altogether, while events go on; and from then
+        # on a receiver that takes small requests only (413: split).
+        rx.fail_status, rx.retry_after = 503, "0"
+        feed.to(0.85)
+        await until(lambda: rx.refused >= 2, timeout=30)
+        rx.stop()
+        rx.fail_status, rx.max_body = None, 30_000
         feed.to(1.0)
         async with aiohttp.ClientSession() as s:
             async def failing() -> bool:
@@ -120,6 +128,7 @@ async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path):
                 pytest.fail("no failed export counted while the receiver was away")
         rx.start()
         await until(lambda: fed_in(rx.latest(), feed.fed), timeout=30)
+        assert rx.too_large  # those requests split, and their halves accepted
 
         # Every still counter of the final scrape, with its value, as one series each.
         text = await _get(serve.url)
