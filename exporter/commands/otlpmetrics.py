@@ -20,7 +20,6 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from exporter import __version__
 from exporter.model.sharding import Shard
@@ -146,24 +145,24 @@ class MetricsExport:
               now: int) -> tuple[bool, int, str]:
         """The worker thread's part: map, encode and send (every request, even after one
         failed: the accepted ones' totals are then current)."""
-        fams = client_model.families(chunks)
+        fams = client_model.raw_families(chunks)
         ms = encode.metrics(fams, now, start_of, self.config.exponential)
         ok, points, error = True, 0, ""
-        for req, n in encode.requests(ms, self.resource, self.config.max_points):
+        for req, n in encode.requests(ms, self.config.max_points):
             points += n
             good, why = self._deliver(req, n)
             if not good:
                 ok, error = False, why
         return ok, points, error
 
-    def _deliver(self, req: Any, points: int) -> tuple[bool, str]:
-        sent = self.transport.send(req.SerializeToString(), points)
+    def _deliver(self, req: encode.Request, points: int) -> tuple[bool, str]:
+        sent = self.transport.send(encode.encode_request(req, self.resource), points)
         if sent.ok:
             return True, ""
         if sent.status == TOO_LARGE:
             parts = encode.split(req)
             if len(parts) > 1:
-                results = [self._deliver(p, max(1, points // 2)) for p in parts]
+                results = [self._deliver(p, sum(len(x.points) for x in p)) for p in parts]
                 bad = [why for good, why in results if not good]
                 return not bad, bad[0] if bad else ""
         return False, sent.error or f"HTTP {sent.status}"

@@ -73,6 +73,60 @@ def _message_class() -> Any:
 
 
 MetricFamily = _message_class()
+LabelPair = message_factory.GetMessageClass(
+    MetricFamily.DESCRIPTOR.file.pool.FindMessageTypeByName(f"{_PACKAGE}.LabelPair"))
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        b = data[i]
+        i += 1
+        n |= (b & 0x7F) << shift
+        if b < 0x80:
+            return n, i
+        shift += 7
+
+
+class RawFamily:
+    """A MetricFamily read by hand to its Metric payloads (what the OTLP mapping of sums and
+    gauges reads byte by byte); `parsed()` gives the message for the rest."""
+
+    __slots__ = ("data", "help", "metrics", "name", "type")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.name = self.help = ""
+        self.type = UNTYPED
+        self.metrics: list[bytes] = []
+        i, n = 0, len(data)
+        while i < n:
+            tag = data[i]
+            if tag == 0x18:
+                self.type, i = _varint(data, i + 1)
+                continue
+            size, j = _varint(data, i + 1)
+            payload = data[j:j + size]
+            if tag == 0x22:
+                self.metrics.append(payload)
+            elif tag == 0x0A:
+                self.name = payload.decode()
+            elif tag == 0x12:
+                self.help = payload.decode()
+            i = j + size
+
+    def parsed(self) -> Any:
+        return MetricFamily.FromString(self.data)
+
+
+def raw_families(chunks: Iterable[bytes]) -> Iterator[RawFamily]:
+    """The families of a delimited protobuf exposition, read by hand (see RawFamily)."""
+    data = b"".join(chunks)
+    i, n = 0, len(data)
+    while i < n:
+        size, i = _varint(data, i)
+        yield RawFamily(data[i:i + size])
+        i += size
 
 
 def families(chunks: Iterable[bytes]) -> Iterator[Any]:
