@@ -119,3 +119,41 @@ def test_switches_and_identity() -> None:
     r = resource("zaroz-exporter-2", Shard(2, 3), env)
     assert r["service.instance.id"] == "zaroz-exporter-2" and r["k8s.namespace.name"] == "mon"
     assert r["zaroz.shard"] == "2" and r["k8s.pod.name"] == "zaroz-exporter-2"
+
+
+def test_grpc_transport_sends_the_encoded_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=grpc: the request goes through the SDK's gRPC
+    exporter (its `_translate_data` seam) to a real MetricsService, as encoded."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as svc
+
+    from exporter.sinks.metrics.otlp.transport import transport
+
+    got: list[bytes] = []
+
+    class Service(svc.MetricsServiceServicer):
+        def Export(self, request: ms.ExportMetricsServiceRequest, context: object) -> object:
+            got.append(request.SerializeToString())
+            return ms.ExportMetricsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    svc.add_MetricsServiceServicer_to_server(Service(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_INSECURE", "true")
+    try:
+        t = transport(f"http://127.0.0.1:{port}")
+        parts = encode.metrics(client_model.raw_families(render(_registry(), Format.PROTOBUF)),
+                               5, encode.starts_of({}, 1, 1, frozenset(), frozenset()))
+        (req, n), = encode.requests(parts, 1000)
+        body = encode.encode_request(req, encode.resource_attributes({"service.name": "z"}))
+        assert t.send(body, n).ok
+        t.shutdown()
+    finally:
+        server.stop(0)
+    assert [len(decode(b)) for b in got] == [len(decode(body))]
+    assert {p.name for p in decode(got[0])} >= {"t_events", "t_wait", "t_units"}
