@@ -455,4 +455,37 @@ def alerts(config: Config) -> list[Alert]:
             next_step="read the exporter's log for \"checkpoint not written\" and check the "
             "state volume's free space and errors.",
         ),
+        *otlp_metrics_alerts(c),
+    ]
+
+
+# -- OTLP metric export (--otlp-metrics-endpoint): its own block ---------------------------------
+
+OTLP_STALE_SECONDS = 900  # no accepted export for this long, while exports are tried
+OTLP_WINDOW = "15m"
+
+
+def otlp_metrics_alerts(c: Config) -> list[Alert]:
+    """Only instances that push (their exports counter exists) can fire; 0 before any
+    success counts as long ago."""
+    cl = c.cluster_label
+    return [
+        Alert(
+            f"{PREFIX}OtlpMetricsExportFailing",
+            f"time() - max by ({cl}, instance) ("
+            f"zaroz_exporter_otlp_metrics_last_success_timestamp_seconds{{{c.job_selector}}})"
+            f" > {OTLP_STALE_SECONDS}\n"
+            f"and on ({cl}, instance)\n"
+            f"sum by ({cl}, instance) (increase(zaroz_exporter_otlp_metrics_exports_total"
+            f"{{{c.job_selector},result!=\"success\"}}[{OTLP_WINDOW}])) > 0",
+            "5m",
+            "warning",
+            "The exporter's OTLP metric pushes are not accepted.",
+            "Instance {{ $labels.instance }} has had no OTLP metric export accepted for "
+            f"more than {OTLP_STALE_SECONDS // 60} minutes: the receiver's series stand "
+            "still (totals are kept: the next accepted export carries them all).",
+            "zaroz-exporter",
+            next_step="read the exporter's log for \"metrics export failed\" (its error "
+            "names the receiver's answer) and check the receiver and the network to it.",
+        ),
     ]

@@ -665,8 +665,38 @@ def cases(config: Config) -> dict[str, list[Case]]:
                       result="error"), "0x5 1x30")],
                 [("20m", []), ("21m", []), ("30m", [])],
             ),
+            *_otlp_metrics_cases(),
         ],
     }
+
+
+def _otlp_metrics_cases() -> list[Case]:
+    """ZarozOtlpMetricsExportFailing: instance a's last success at 5m then failures every
+    minute: over 900 s stale from 20m, firing 5m later; b pushes fine; c never pushes."""
+    p = alerting.PREFIX
+    name = f"{p}OtlpMetricsExportFailing"
+    ts = "zaroz_exporter_otlp_metrics_last_success_timestamp_seconds"
+    ex = "zaroz_exporter_otlp_metrics_exports_total"
+
+    def desc(instance: str) -> str:
+        return (f"Instance {instance} has had no OTLP metric export accepted for more than "
+                f"{alerting.OTLP_STALE_SECONDS // 60} minutes: the receiver's series stand "
+                "still (totals are kept: the next accepted export carries them all).")
+
+    return [
+        Case(
+            f"{name} after a quarter of an hour without success",
+            name,
+            [
+                (sel(ts, job="zaroz-exporter", instance="a"), "0+60x5 300x40"),
+                (sel(ex, job="zaroz-exporter", instance="a", result="failure"),
+                 "0x5 1+1x40"),
+                (sel(ts, job="zaroz-exporter", instance="b"), "0+60x45"),
+                (sel(ex, job="zaroz-exporter", instance="b", result="failure"), "0x45"),
+            ],
+            [("24m", []), ("26m", [Fire({"instance": "a"}, desc("a"))])],
+        ),
+    ]
 
 
 def _stale_desc(instance: str, ago: str, config: Config) -> str:

@@ -208,6 +208,29 @@ def build() -> g.Dashboard:
         ),
         (
             lib.timeseries(
+                "OTLP metric exports",
+                "OTLP metric pushes per second by result (success, failure, checkpoint_failed), "
+                "and the seconds since each instance's last accepted one.",
+                [
+                    target(
+                        "sum by (result) ("
+                        + rate(select("zaroz_exporter_otlp_metrics_exports_total"))
+                        + ")",
+                        "{{result}}",
+                    ),
+                    target(
+                        "time() - max by (instance) ("
+                        + select("zaroz_exporter_otlp_metrics_last_success_timestamp_seconds")
+                        + ")",
+                        "{{instance}} since success",
+                    ),
+                ],
+                "short",
+            ),
+            8,
+        ),
+        (
+            lib.timeseries(
                 "Scrape size",
                 "Uncompressed bytes of the exporter's previous exposition, per instance: the "
                 "cost of each scrape for Prometheus and the network.",

@@ -548,6 +548,23 @@ METRICS: tuple[Metric, ...] = (
         ("task",), group="exporter",
     ),
     Metric(
+        "zaroz_exporter_otlp_metrics_exports_total", Kind.COUNTER,
+        "OTLP metric exports (--otlp-metrics-endpoint) by result: success (every request "
+        "accepted), failure (a request refused or unanswered after the client's retries; the "
+        "next export carries every total again), checkpoint_failed (nothing sent).",
+        ("result",), group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_otlp_metrics_last_success_timestamp_seconds", Kind.GAUGE,
+        "When the last OTLP metric export was accepted whole (0: not yet).",
+        unit="seconds", group="exporter",
+    ),
+    Metric(
+        "zaroz_exporter_otlp_metrics_points", Kind.GAUGE,
+        "Data points in the last OTLP metric export.",
+        group="exporter",
+    ),
+    Metric(
         "zaroz_exporter_build_info", Kind.INFO,
         "Exporter build information; always 1.",
         ("version", "python_version"), group="exporter",

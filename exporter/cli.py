@@ -209,6 +209,18 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          "by the collector (a backlog, an outage) kept at most; beyond, new spans are counted "
          "dropped and logged (docs/traces.md)", type=int, default=262144)
     _add(p, "--otlp-batch-size", help="spans per OTLP export request", type=int, default=4096)
+    _add(p, "--otlp-metrics-endpoint", help="push the metrics a scrape serves over OTLP to this "
+         "URL (OTLP/HTTP: a base URL gets /v1/metrics; VictoriaMetrics: "
+         "http://host:8428/opentelemetry/v1/metrics), cumulative and continuous across restarts; "
+         "also on when OTEL_EXPORTER_OTLP_METRICS_ENDPOINT is set, or OTEL_EXPORTER_OTLP_ENDPOINT "
+         "with OTEL_METRICS_EXPORTER=otlp (OTEL_* variables configure protocol, headers, "
+         "timeout, compression, certificates; docs/otlp-metrics.md)", default=None)
+    _add(p, "--otlp-metrics-interval", help="seconds between OTLP metric exports (default: "
+         "OTEL_METRIC_EXPORT_INTERVAL in ms, else 60)", type=float, default=None)
+    _add(p, "--otlp-metrics-max-points", help="data points per OTLP metric request at most (a "
+         "request refused as too large is split further)", type=int, default=20000)
+    _add(p, "--instance", help="this exporter's stable identity, OTLP's service.instance.id "
+         "(default: the StatefulSet pod name in $POD_NAME, else shard-<n>)", default=None)
     _add(p, "--metric-allowlist", help="export only the metric families matching one of these "
          "regular expressions (comma-separated, matched anywhere in the name as in "
          "kube-state-metrics; ^...$ for an exact name); exclusive with --metric-denylist",

@@ -38,8 +38,9 @@ OVERLAYS = {
     "webhook-ingress": ROOT / "deploy" / "overlays" / "webhook-ingress",
     "tls": ROOT / "deploy" / "overlays" / "tls",
     "native-histograms": ROOT / "deploy" / "overlays" / "native-histograms",
+    "otlp-metrics": ROOT / "deploy" / "overlays" / "otlp-metrics",
 }
-STATEFUL = ("sharded", "persistent-state")
+STATEFUL = ("sharded", "persistent-state", "otlp-metrics")
 K8S_VERSIONS = ("1.28.0", "1.37.0")  # oldest and newest that kubernetes-validate ships, in use
 CUSTOM_GROUPS = ("monitoring.coreos.com/",)  # no schema in kubernetes-validate: checked below
 

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 from exporter import catalog
+from exporter.catalog import Kind
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGURATION = ROOT / "docs" / "configuration.md"
@@ -265,7 +266,48 @@ def metrics_doc() -> str:
         f"{INTERPRETATIONS.replace('RESTART_AT_ZERO' + chr(10), restart_at_zero())}"
         f"\n## Metrics\n\n{table()}\n{STANDARD_INTRO}{standard_table()}\n"
         f"{family_lists()}"
+        f"{otlp_mapping()}"
     )
+
+
+OTLP_INTRO = """
+## Over OTLP
+
+With `--otlp-metrics-endpoint` (docs/otlp-metrics.md) the same families, allowlist and
+selection as a scrape are pushed every interval, cumulative, mapped on purpose:
+
+- a counter is a monotonic cumulative **Sum**, a gauge or an info metric a **Gauge** (no start
+  time); a histogram's classic buckets a **Histogram** with explicit bounds (the `le` bounds,
+  +Inf implied by the count), and its native buckets (unless
+  `--native-histogram-schema off`) an **ExponentialHistogram** of the same name: the schema is
+  the scale, the zero bucket is kept with its threshold, Prometheus' bucket i,
+  (base^(i-1), base^i], is OTLP's bucket i-1;
+- exemplars keep their trace id (`trace_id`), value and time;
+- every Sum, Histogram and ExponentialHistogram point carries its series' start time, stored in
+  the checkpoint: the same across restarts and pod replacements on the same state, a new one
+  for a series made again or a state lost;
+- names and units as the OpenTelemetry Prometheus-compatibility spec maps them: a counter loses
+  `_total`, a unit suffix becomes the UCUM unit (`_seconds` → `s`, `_bytes` → `By`), so a
+  receiver that adds suffixes back (VictoriaMetrics with `-opentelemetry.usePrometheusNaming`,
+  a Collector's `prometheus` or `prometheusremotewrite` exporter, Prometheus' OTLP receiver)
+  stores each series under the name below's left column;
+- the resource: `service.name` (`zaroz-exporter`, or `OTEL_SERVICE_NAME`), `service.instance.id`
+  (`--instance`: stable, never random), `service.version`, `zaroz.shard`, and `k8s.pod.name`,
+  `k8s.namespace.name` from `POD_NAME`, `POD_NAMESPACE` (the downward API).
+
+"""
+
+
+def otlp_mapping() -> str:
+    from exporter.sinks.metrics.otlp.names import otel_name
+
+    types = {Kind.COUNTER: "Sum (monotonic, cumulative)", Kind.GAUGE: "Gauge",
+             Kind.INFO: "Gauge", Kind.HISTOGRAM: "Histogram + ExponentialHistogram"}
+    rows = ["| metric | OTLP name | unit | OTLP type |", "|---|---|---|---|"]
+    for m in catalog.METRICS:
+        name, unit = otel_name(m.name, m.kind is Kind.COUNTER)
+        rows.append(f"| `{m.name}` | `{name}` | {f'`{unit}`' if unit else ''} | {types[m.kind]} |")
+    return OTLP_INTRO + "\n".join(rows) + "\n"
 
 
 def configuration() -> str:

@@ -185,6 +185,8 @@ RANGES: tuple[tuple[str, float | None, float | None, str], ...] = (
     ("otlp_max_queue_size", 1, None, "positive"),
     ("otlp_max_pending_spans", 1, None, "positive"),
     ("otlp_batch_size", 1, None, "positive"),
+    ("otlp_metrics_interval", 0.001, None, "positive"),
+    ("otlp_metrics_max_points", 1, None, "positive"),
     ("total_shards", 1, None, "1 or more"),
 )
 
@@ -259,9 +261,32 @@ def validate_common(args: argparse.Namespace, environ: Mapping[str, str] | None 
         check_state_dir("--state-dir", args.state_dir)
     if args.otlp_endpoint:
         check_url("--otlp-endpoint", args.otlp_endpoint)
+    _otlp_metrics(args, env)
     args.shard_config = shard_of(args, env)
     args.family_filter = family_filter(args)
     return args
+
+
+def _otlp_metrics(args: argparse.Namespace, env: Mapping[str, str]) -> None:
+    """--otlp-metrics-*: the endpoint a URL, the interval from OTEL_METRIC_EXPORT_INTERVAL
+    when not given, the protocol one the exporter speaks."""
+    if getattr(args, "otlp_metrics_endpoint", None):
+        check_url("--otlp-metrics-endpoint", args.otlp_metrics_endpoint)
+    if getattr(args, "otlp_metrics_interval", None) is None:
+        from exporter.commands.otlpmetrics import interval_from_env
+
+        try:
+            args.otlp_metrics_interval = interval_from_env(env)
+        except ValueError as e:
+            raise ConfigError("--otlp-metrics-interval", None, str(e)) from None
+    from exporter.sinks.metrics.otlp.transport import enabled, protocol
+
+    if enabled(getattr(args, "otlp_metrics_endpoint", None), env):
+        try:
+            protocol()
+        except ValueError as e:
+            raise ConfigError("--otlp-metrics-endpoint", args.otlp_metrics_endpoint, str(e)
+                              ) from None
 
 
 def validate(args: argparse.Namespace, environ: Mapping[str, str] | None = None,
@@ -320,6 +345,10 @@ class ServeConfig:
     otlp_max_queue_size: int
     otlp_max_pending_spans: int
     otlp_batch_size: int
+    otlp_metrics_endpoint: str | None
+    otlp_metrics_interval: float
+    otlp_metrics_max_points: int
+    instance: str | None
     family_filter: FamilyFilter
     shard_config: Shard
     native: NativeConfig | None

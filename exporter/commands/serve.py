@@ -7,6 +7,7 @@ import contextlib
 import functools
 import gc
 import logging
+import os
 import signal
 import sys
 import time
@@ -344,6 +345,11 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         "expire": functools.partial(_expire_loop, running, config.unit_expiry_interval,
                                     config.workload_retention),
         "collector": functools.partial(_collector_loop, running, STEP_S)}
+    export = _metrics_export(config, pipeline, checkpointer, commits,
+                             lambda: running_box[0].held())
+    if export is not None:
+        opened.push_async_callback(asyncio.to_thread, export.shutdown)
+        loops["otlp_metrics"] = export.run
     if checkpointer is not None and config.checkpoint_interval > 0:
         loops["checkpoint"] = functools.partial(_checkpoint_loop, running,
                                                 config.checkpoint_interval)
@@ -352,6 +358,37 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         task = supervised(name, loop, died, Backoff(1.0, 60.0))
         opened.push_async_callback(cancel, asyncio.create_task(task, name=name))
     return running
+
+
+def _metrics_export(config: ServeConfig, pipeline: Pipeline, checkpointer: Checkpointer | None,
+                    commits: GroupCommit | None, held: Callable[[], list[str]]) -> Any:
+    """The OTLP metrics export when --otlp-metrics-endpoint or the OTEL_* variables ask for it
+    (commands/otlpmetrics.py), else None."""
+    from exporter.sinks.metrics.otlp.transport import enabled, transport
+
+    if not enabled(config.otlp_metrics_endpoint):
+        return None
+    from exporter.commands.otlpmetrics import (
+        ExportConfig,
+        MetricsExport,
+        default_instance,
+        resource,
+    )
+    from exporter.sinks.metrics.otlp.starts import StartTimes
+
+    shard = config.shard_config
+    instance = config.instance or default_instance(shard, os.environ)
+    sender = transport(config.otlp_metrics_endpoint)
+    starts = checkpointer.starts if checkpointer is not None else StartTimes()
+    export = MetricsExport(pipeline.registry, sender, starts,
+                           resource(instance, shard, os.environ),
+                           ExportConfig(config.otlp_metrics_interval,
+                                        config.otlp_metrics_max_points),
+                           commits, held)
+    log.info("exporting metrics over OTLP", extra={
+        "endpoint": sender.endpoint, "interval_s": config.otlp_metrics_interval,
+        "instance": instance})
+    return export
 
 
 def webhook_app_for(config: ServeConfig, server: MetricsServer) -> web.Application:

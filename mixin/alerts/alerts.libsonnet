@@ -310,6 +310,19 @@ local classic(c) = [
           "runbook_url": "" + c.runbookBase + "#zarozcheckpointsaveerrors",
         },
       },
+      {
+        "alert": "ZarozOtlpMetricsExportFailing",
+        "expr": "time() - max by (" + c.clusterLabel + ", instance) (zaroz_exporter_otlp_metrics_last_success_timestamp_seconds{" + c.exporterSelector + "}) > 900\nand on (" + c.clusterLabel + ", instance)\nsum by (" + c.clusterLabel + ", instance) (increase(zaroz_exporter_otlp_metrics_exports_total{" + c.exporterSelector + ",result!=\"success\"}[15m])) > 0",
+        "for": "5m",
+        "labels": {
+          "severity": "warning",
+        },
+        "annotations": {
+          "summary": "The exporter's OTLP metric pushes are not accepted.",
+          "description": "Instance {{ $labels.instance }} has had no OTLP metric export accepted for more than 15 minutes: the receiver's series stand still (totals are kept: the next accepted export carries them all). Next: read the exporter's log for \"metrics export failed\" (its error names the receiver's answer) and check the receiver and the network to it.",
+          "runbook_url": "" + c.runbookBase + "#zarozotlpmetricsexportfailing",
+        },
+      },
     ],
   },
 ];
@@ -620,6 +633,19 @@ local native(c) = [
           "summary": "Checkpoint saves keep failing now and then.",
           "description": "Instance {{ $labels.instance }}: {{ $value | humanize }} checkpoint saves failed in the last " + c.checkpointErrorsWindow + "; each failure refuses a scrape or delays durability until a save succeeds. Next: read the exporter's log for \"checkpoint not written\" and check the state volume's free space and errors.",
           "runbook_url": "" + c.runbookBase + "#zarozcheckpointsaveerrors",
+        },
+      },
+      {
+        "alert": "ZarozOtlpMetricsExportFailing",
+        "expr": "time() - max by (" + c.clusterLabel + ", instance) (zaroz_exporter_otlp_metrics_last_success_timestamp_seconds{" + c.exporterSelector + "}) > 900\nand on (" + c.clusterLabel + ", instance)\nsum by (" + c.clusterLabel + ", instance) (increase(zaroz_exporter_otlp_metrics_exports_total{" + c.exporterSelector + ",result!=\"success\"}[15m])) > 0",
+        "for": "5m",
+        "labels": {
+          "severity": "warning",
+        },
+        "annotations": {
+          "summary": "The exporter's OTLP metric pushes are not accepted.",
+          "description": "Instance {{ $labels.instance }} has had no OTLP metric export accepted for more than 15 minutes: the receiver's series stand still (totals are kept: the next accepted export carries them all). Next: read the exporter's log for \"metrics export failed\" (its error names the receiver's answer) and check the receiver and the network to it.",
+          "runbook_url": "" + c.runbookBase + "#zarozotlpmetricsexportfailing",
         },
       },
     ],

@@ -4335,6 +4335,123 @@ local zarozExporter(c) = {
         "type": "prometheus",
         "uid": "${datasource}",
       },
+      "description": "OTLP metric pushes per second by result (success, failure, checkpoint_failed), and the seconds since each instance's last accepted one.",
+      "fieldConfig": {
+        "defaults": {
+          "thresholds": {
+            "mode": "absolute",
+            "steps": [
+              {
+                "color": "green",
+                "value": null,
+              },
+            ],
+          },
+          "color": {
+            "mode": "palette-classic",
+          },
+          "custom": {
+            "axisPlacement": "auto",
+            "axisLabel": "",
+            "drawStyle": "line",
+            "lineInterpolation": "linear",
+            "barAlignment": 0,
+            "lineWidth": 1,
+            "fillOpacity": 10,
+            "gradientMode": "none",
+            "spanNulls": false,
+            "showPoints": "auto",
+            "pointSize": 5,
+            "stacking": {
+              "mode": "none",
+            },
+            "scaleDistribution": {
+              "type": "linear",
+              "log": 2,
+            },
+            "hideFrom": {
+              "tooltip": false,
+              "viz": false,
+              "legend": false,
+            },
+            "thresholdsStyle": {
+              "mode": "off",
+            },
+          },
+          "mappings": [],
+          "min": 0,
+          "unit": "short",
+        },
+        "overrides": [],
+      },
+      "gridPos": {
+        "h": 8,
+        "w": 8,
+        "x": 8,
+        "y": 35,
+      },
+      "hideTimeOverride": false,
+      "id": 15,
+      "links": [],
+      "targets": [
+        {
+          "expr": "sum by (result) (rate(zaroz_exporter_otlp_metrics_exports_total{" + c.clusterLabel + "=~\"$cluster\"}[$__rate_interval]))",
+          "format": "time_series",
+          "hide": false,
+          "interval": "",
+          "legendFormat": "{{result}}",
+          "refId": "A",
+          "instant": false,
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "exemplar": false,
+          "range": true,
+          "editorMode": "code",
+        },
+        {
+          "expr": "time() - max by (instance) (zaroz_exporter_otlp_metrics_last_success_timestamp_seconds{" + c.clusterLabel + "=~\"$cluster\"})",
+          "format": "time_series",
+          "hide": false,
+          "interval": "",
+          "legendFormat": "{{instance}} since success",
+          "refId": "B",
+          "instant": false,
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}",
+          },
+          "exemplar": false,
+          "range": true,
+          "editorMode": "code",
+        },
+      ],
+      "title": "OTLP metric exports",
+      "transparent": false,
+      "transformations": [],
+      "options": {
+        "legend": {
+          "displayMode": "table",
+          "placement": "bottom",
+          "calcs": [
+            "mean",
+            "max",
+            "lastNotNull",
+          ],
+        },
+        "tooltip": {
+          "mode": "multi",
+          "sort": "desc",
+        },
+      },
+      "type": "timeseries",
+    },
+    {
+      "datasource": {
+        "type": "prometheus",
+        "uid": "${datasource}",
+      },
       "description": "Uncompressed bytes of the exporter's previous exposition, per instance: the cost of each scrape for Prometheus and the network.",
       "fieldConfig": {
         "defaults": {
@@ -4387,11 +4504,11 @@ local zarozExporter(c) = {
       "gridPos": {
         "h": 8,
         "w": 8,
-        "x": 8,
+        "x": 16,
         "y": 35,
       },
       "hideTimeOverride": false,
-      "id": 15,
+      "id": 16,
       "links": [],
       "targets": [
         {
@@ -4488,11 +4605,11 @@ local zarozExporter(c) = {
       "gridPos": {
         "h": 8,
         "w": 8,
-        "x": 16,
-        "y": 35,
+        "x": 0,
+        "y": 43,
       },
       "hideTimeOverride": false,
-      "id": 16,
+      "id": 17,
       "links": [],
       "targets": [
         {
@@ -4605,11 +4722,11 @@ local zarozExporter(c) = {
       "gridPos": {
         "h": 8,
         "w": 8,
-        "x": 0,
+        "x": 8,
         "y": 43,
       },
       "hideTimeOverride": false,
-      "id": 17,
+      "id": 18,
       "links": [],
       "targets": [
         {
@@ -4722,11 +4839,11 @@ local zarozExporter(c) = {
       "gridPos": {
         "h": 8,
         "w": 8,
-        "x": 8,
+        "x": 16,
         "y": 43,
       },
       "hideTimeOverride": false,
-      "id": 18,
+      "id": 19,
       "links": [],
       "targets": [
         {
@@ -4823,11 +4940,11 @@ local zarozExporter(c) = {
       "gridPos": {
         "h": 8,
         "w": 8,
-        "x": 16,
-        "y": 43,
+        "x": 0,
+        "y": 51,
       },
       "hideTimeOverride": false,
-      "id": 19,
+      "id": 20,
       "links": [],
       "targets": [
         {

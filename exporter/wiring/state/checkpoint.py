@@ -69,6 +69,7 @@ from exporter.model.unitsignals import MEMORY_VERSION
 from exporter.sinks.metrics.checkpoint import CheckpointMetrics
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import AnyFamily, Registry
+from exporter.sinks.metrics.otlp.starts import StartTimes
 from exporter.sinks.metrics.series import HistogramSeries, Series
 from exporter.sinks.metrics.state import (
     changes_left,
@@ -113,6 +114,7 @@ class Checkpointer:
         clock: Callable[[], float] = time.time,
         shard: Shard | None = None,
         signals: SignalMemory | None = None,
+        starts: StartTimes | None = None,
     ) -> None:
         """`signals`: the UnitSignal model's memory, kept with the rest (when UnitSignals are
         watched), so a restart does not measure unchanged objects again."""
@@ -137,6 +139,8 @@ class Checkpointer:
         self._whole: _Whole | None = None  # a whole save being taken ahead (take_ahead)
         self._traces_meta: str | None = None
         self.signals = signals
+        # The cumulative series' start times, stored with them (sinks/metrics/otlp/starts.py).
+        self.starts = starts if starts is not None else StartTimes()
         self._signals_meta: str | None = None
         self._signals_stale = False  # the loaded rows are of a form not read: rewrite whole
         self.last_rows = 0  # rows written or removed by the last save
@@ -220,6 +224,7 @@ class Checkpointer:
             self._take_workload(w, ch, held)
         moved.clear()
         ch.series, ch.series_gone = take_changes(self._families)
+        self.starts.seen(ch.series, ch.series_gone)
         traces = p.traces
         dumps = json_text
         if traces is not None:
@@ -243,7 +248,8 @@ class Checkpointer:
                 self._signals_meta = meta
         if whole is not None:
             self._whole = None
-            return whole.merged(ch)
+            ch = whole.merged(ch)
+        ch.starts, ch.starts_gone = self.starts.take(ch.full)
         return ch
 
     def _take_workload(self, w: str, ch: Changes, held: frozenset[str]) -> None:
@@ -321,6 +327,7 @@ class Checkpointer:
         if not whole.todo and budget > 0 and changes_left(self._families) > SLICE_ROWS:
             rows, gone = take_changes(self._families, budget)
             ch.series, ch.series_gone = rows, gone
+            self.starts.seen(rows, gone)
         signals = self.signals
         if not whole.todo and budget > 0 and signals is not None and signals.left() > SLICE_ROWS:
             ch.unitsignals, ch.unitsignals_gone = signals.take(budget)
@@ -487,7 +494,8 @@ class Checkpointer:
             registry = self.pipeline.registry
             if skipped or any(n not in registry.families for n in state["metrics"]) or (
                     "traces" in state) != (self.pipeline.traces is not None) or (
-                    self.signals is None and "unitsignals" in state) or self._signals_stale:
+                    self.signals is None and "unitsignals" in state) or self._signals_stale or (
+                    state["metrics"] and not self.starts.known):  # saved without start times
                 self._synced = False
         else:  # converted: the store is written whole, then the old file is put aside
             self._track(None)
@@ -564,6 +572,7 @@ class Checkpointer:
             if "desired" in entry:  # version 1
                 wl.restore_desired(entry["desired"])
         skipped = restore_metrics(self.pipeline.registry, state.get("metrics", {}), restored)
+        self.starts.restore(state.get("rows", {}).get("starts", []))
         if self.pipeline.traces is not None and state.get("traces") is not None:
             self.pipeline.traces.restore(state["traces"])
         if self.signals is not None:

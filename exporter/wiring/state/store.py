@@ -87,6 +87,10 @@ class Changes:
     unitsignals: list[tuple[str, str, str]] = field(default_factory=list, metadata=key(2))
     unitsignals_gone: list[tuple[str, str]] = field(default_factory=list,
                                                     metadata=gone("unitsignals"))
+    # Start times of the cumulative series (sinks/metrics/otlp/starts.py): (family, labels as
+    # in `series`, ns) of the series new since the last save, (family, labels) of those gone.
+    starts: list[tuple[str, str, int]] = field(default_factory=list, metadata=key(2))
+    starts_gone: list[tuple[str, str]] = field(default_factory=list, metadata=gone("starts"))
     spans_through: int = 0  # stored spans up to this serial are handled: they go
     held_through: int = 0  # the spans held up to this serial are in `spans`: once durable,
     # they may leave (Outbox.saved)
