@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -176,8 +177,8 @@ def test_native_slo_takes_any_threshold(key: str, threshold: float) -> None:
 def test_slo_threshold_on_a_boundary_is_used() -> None:
     cfg = Config(slos=(SLO("readiness", 0.995, 30.0), SLO("allocation_ack", 0.999, 0.25)))
     text = render.rule_files(cfg)["recording.yaml"]
-    assert 'zaroz_unit_ready_seconds_bucket{le="30"}' in text
-    assert 'zaroz_unit_allocation_ack_seconds_bucket{le="0.25"}' in text
+    assert 'zaroz_unit_ready_seconds_bucket{le=~"30|30[.]0"}' in text
+    assert 'zaroz_unit_allocation_ack_seconds_bucket{le=~"0[.]25"}' in text
     alerts_text = render.rule_files(cfg)["alerts.yaml"]
     assert "(14.4 * 0.005)" in alerts_text and "(14.4 * 0.001)" in alerts_text
 
@@ -194,9 +195,45 @@ def test_job_selector_is_configurable() -> None:
 
 @pytest.mark.parametrize("m", [m for m in catalog.METRICS if m.kind is catalog.Kind.HISTOGRAM])
 def test_le_values_match_the_exposition(m: catalog.Metric) -> None:
-    """Prometheus 2 matches `le` as a string: the rules must spell bounds as the exporter does."""
+    """Prometheus 2 matches `le` as a string: the rules must spell bounds as the exporter does
+    (and as Prometheus 3 stores them: `le_regex` holds both)."""
     for b in m.buckets:
         assert recording.le_value(b) == format_value(float(b)) == format_value(b)
+        pattern = re.compile(recording.le_regex(b))
+        assert pattern.fullmatch(format_value(b)) and pattern.fullmatch(recording.om_float(b))
+        assert not pattern.fullmatch(recording.om_float(b * 10)), b
+
+
+# Prometheus 3's spellings of `le` (Go's formatOpenMetricsFloat: strconv 'g', -1, `.0` added).
+@pytest.mark.parametrize(("bound", "stored"), [
+    (60, "60.0"), (1, "1.0"), (0.5, "0.5"), (0.005, "0.005"), (2.5, "2.5"), (300, "300.0"),
+    (123456, "123456.0"), (1e6, "1e+06"), (1234567, "1.234567e+06"), (0.0001, "0.0001"),
+    (2.5e-05, "2.5e-05"), (0, "0.0"), (float("inf"), "+Inf"),
+])
+def test_om_float_is_how_prometheus_3_stores_le(bound: float, stored: str) -> None:
+    assert recording.om_float(bound) == stored
+
+
+def test_no_rule_matches_le_or_quantile_by_one_spelling() -> None:
+    """`le="1"` finds nothing on Prometheus 3 (stored `1.0`), `le="1.0"` nothing on 2 from text:
+    every `le`/`quantile` matcher of every shipped rule file is a regex holding both."""
+    texts = {str(p): p.read_text() for p in ROOT.glob("alerts/rules/**/*.yaml")}
+    texts.update({str(p): p.read_text() for p in ROOT.glob("deploy/**/*rules*.yaml")})
+    texts.update({str(p): p.read_text() for p in ROOT.glob("deploy/helm/**/rules/**/*.yaml")})
+    texts.update({f"mixin {k}": json.dumps(v) for k, v in _mixin_rules().items()})
+    assert len(texts) > 6
+    found = 0
+    for name, text in texts.items():
+        bad = re.findall(r'\b(?:le|quantile)\s*(?:=|!=)\s*\\?"', text)
+        assert not bad, (name, bad)
+        found += len(re.findall(r'\ble=~', text))
+    assert found >= 14, found  # 7 windows x 2 SLOs in the classic files at least
+
+
+def _mixin_rules() -> dict[str, object]:
+    from tests.test_mixin import render_mixin
+    got = render_mixin("{}")
+    return {"alerts": got["alerts"], "rules": got["rules"]}
 
 
 def test_promql_selectors() -> None:

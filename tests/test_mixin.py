@@ -27,9 +27,10 @@ import dashboards
 from alerts import render
 from alerts.alerting import human_duration
 from alerts.config import DEFAULT_CONFIG, NATIVE_CONFIG, SLO, BurnRate, Config
-from alerts.recording import SLO_HISTOGRAMS, SLO_WINDOWS, le_value
+from alerts.recording import SLO_HISTOGRAMS, SLO_WINDOWS, le_regex, le_value, om_float
 from alerts.template import to_config
 from tests.components import missing, require
+from tests.test_alerts_promtool import PROMTOOLS, promtool
 from tools import mixin as mixingen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,16 +258,19 @@ def test_a_bad_runbook_base_or_switch_is_refused(engine: str) -> None:
         render_mixin("{ nativeHistograms: 'yes' }", engine)
 
 
+@pytest.mark.parametrize("version", PROMTOOLS)
 @pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
-def test_promtool_accepts_the_rendered_rules(tmp_path: Path, native: bool) -> None:
-    promtool = require("promtool")
+def test_promtool_accepts_the_rendered_rules(tmp_path: Path, native: bool, version: str) -> None:
+    """On the oldest supported promtool and on 3.5 (their rule files are the Python ones, which
+    `promtool test rules` runs on both: tests/test_alerts_promtool.py)."""
+    tool = promtool(version)
     got = render_mixin(f"{OVERRIDE} + {{ nativeHistograms: {str(native).lower()} }}")
     paths = []
     for part in ("alerts", "rules"):
         path = tmp_path / f"{part}.yaml"
         path.write_text(yaml.safe_dump(got[part], sort_keys=False))
         paths.append(str(path))
-    run = subprocess.run([promtool, "check", "rules", *paths], capture_output=True, text=True,
+    run = subprocess.run([tool, "check", "rules", *paths], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     # 19 alerts and one per burn-rate pair and SLO (2 x 2); 39 recording rules
@@ -311,9 +315,10 @@ def test_the_readme_commands_render_the_readme_config(tmp_path: Path) -> None:
                     runbook_base="https://wiki.example.com/zaroz/runbooks/",
                     native_histograms=True)
     _assert_same(got, python_outputs(config))
-    check = subprocess.run([require("promtool"), "check", "rules", "alerts.yaml", "rules.yaml"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert check.returncode == 0, check.stdout + check.stderr
+    for version in PROMTOOLS:
+        check = subprocess.run([promtool(version), "check", "rules", "alerts.yaml", "rules.yaml"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, (version, check.stdout + check.stderr)
 
 
 def test_the_readme_lists_every_config_key() -> None:
@@ -350,9 +355,11 @@ def test_numbers_are_written_as_python_writes_them(engine: str) -> None:
     got = evaluate(
         f"local z = import 'mixin/lib/format.libsonnet'; local v = {json.dumps(values)};\n"
         "{ g4: [z.g(x, 4) for x in v], g6: [z.g(x, 6) for x in v],\n"
-        "  num: [z.num(x) for x in v], duration: [z.duration(x) for x in v] }", engine=engine)
+        "  num: [z.num(x) for x in v], duration: [z.duration(x) for x in v],\n"
+        "  om: [z.omFloat(x) for x in v], le: [z.leRegex(x) for x in v] }", engine=engine)
     want = {"g4": [f"{x:.4g}" for x in values], "g6": [f"{x:.6g}" for x in values],
-            "num": [le_value(x) for x in values], "duration": [human_duration(x) for x in values]}
+            "num": [le_value(x) for x in values], "duration": [human_duration(x) for x in values],
+            "om": [om_float(x) for x in values], "le": [le_regex(x) for x in values]}
     for key, expected in want.items():
         bad = [(x, g, w) for x, g, w in zip(values, got[key], expected, strict=True) if g != w]
         assert not bad, (key, bad[:5])
