@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 import yaml
 
 from alerts import alerting, cases, recording, render
-from alerts.config import DEFAULT_CONFIG, SLO, Config
+from alerts.config import DEFAULT_CONFIG, NATIVE_CONFIG, SLO, Config
 from exporter import catalog
 from exporter.sinks.metrics.series import format_value
 from tools import promql
@@ -220,7 +219,7 @@ def test_no_rule_matches_le_or_quantile_by_one_spelling() -> None:
     texts = {str(p): p.read_text() for p in ROOT.glob("alerts/rules/**/*.yaml")}
     texts.update({str(p): p.read_text() for p in ROOT.glob("deploy/**/*rules*.yaml")})
     texts.update({str(p): p.read_text() for p in ROOT.glob("deploy/helm/**/rules/**/*.yaml")})
-    texts.update({f"mixin {k}": json.dumps(v) for k, v in _mixin_rules().items()})
+    texts.update({str(p): p.read_text() for p in ROOT.glob("mixin/*/*.libsonnet")})
     assert len(texts) > 6
     found = 0
     for name, text in texts.items():
@@ -228,12 +227,6 @@ def test_no_rule_matches_le_or_quantile_by_one_spelling() -> None:
         assert not bad, (name, bad)
         found += len(re.findall(r'\ble=~', text))
     assert found >= 14, found  # 7 windows x 2 SLOs in the classic files at least
-
-
-def _mixin_rules() -> dict[str, object]:
-    from tests.test_mixin import render_mixin
-    got = render_mixin("{}")
-    return {"alerts": got["alerts"], "rules": got["rules"]}
 
 
 def test_promql_selectors() -> None:
@@ -286,3 +279,24 @@ def test_output_native_histograms_writes_the_native_rules(tmp_path: Path) -> Non
         assert (tmp_path / name).read_text() == (render.NATIVE_RULES_DIR / name).read_text()
     assert "histogram_fraction(0, 60," in (tmp_path / "recording.yaml").read_text()
     assert alerts_main(["--native-histograms"]) == 2  # would rewrite the checked-in rules
+
+
+def test_every_name_in_the_rules_is_a_classic_one() -> None:
+    """Prometheus 2 reads only `[a-zA-Z_:][a-zA-Z0-9_:]*` names (3 reads UTF-8 ones, quoted):
+    every metric, record and label name of the shipped rules is a classic one."""
+    metric = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+    label = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+    for cfg in (DEFAULT_CONFIG, NATIVE_CONFIG):
+        for text in render.rule_files(cfg).values():
+            for group in yaml.safe_load(text)["groups"]:
+                for rule in group["rules"]:
+                    name = rule.get("record") or rule["alert"]
+                    assert metric.fullmatch(name), name
+                    assert all(label.fullmatch(k) for k in rule.get("labels", {})), rule
+                    expr = rule["expr"]
+                    assert '{"' not in expr and "{'" not in expr, expr  # a quoted UTF-8 name
+                    for sel in promql.metric_selectors(expr):
+                        assert metric.fullmatch(sel.split("{", 1)[0]), sel
+                    for by in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr):
+                        names = [n.strip() for n in by.split(",") if n.strip()]
+                        assert all(label.fullmatch(n) for n in names), (by, expr)
