@@ -332,10 +332,20 @@ def alerts(config: Config) -> list[Alert]:
         ),
         Alert(
             f"{PREFIX}EventTailStalled",
+            # No change inside the window, and the sample at or before its start holds the
+            # same seq: Prometheus 2 counts a sample exactly at the start in the range,
+            # Prometheus 3 leaves it out (ranges are left-open), so `changes()` alone
+            # would see one scrape interval less on 3 (and less than the window wherever
+            # the evaluation falls between scrapes); the `offset` sample closes the gap on
+            # both, so the seq has held still for the whole window.
             f"{recording.EVENTS_BEHIND} > 0\n"
             f"and on ({cl}, workload)\n"
             f"max by ({cl}, workload) "
-            f"(changes(zaroz_events_last_seq[{c.tail_stalled_window}])) == 0",
+            f"(changes(zaroz_events_last_seq[{c.tail_stalled_window}])) == 0\n"
+            f"and on ({cl}, workload)\n"
+            f"max by ({cl}, workload) (zaroz_events_last_seq)\n"
+            f"== max by ({cl}, workload) "
+            f"(zaroz_events_last_seq offset {c.tail_stalled_window})",
             c.tail_stalled_for,
             "warning",
             "The exporter stopped applying a workload's events.",

@@ -73,6 +73,7 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str,
     h = slo.histogram
     le = recording.le_value(slo.threshold)
     budget = slo.error_budget
+    classic = hist is None
     if hist is None:
         def hist(h: str, labels: dict[str, str], good: str, total: str) -> list[tuple[str, str]]:
             return _hist(h, labels, {le: good, "+Inf": total})
@@ -116,7 +117,19 @@ def _burn_cases(config: Config, slo_key: str, alert: str, what: str,
     slow_pct = f"{slow_bad * 100:.4g}%"
     ok = {"workload": "ok"}
     healthy = hist(h, ok, f"0+{per_min}x200", f"0+{per_min}x200")
+    stored = []
+    if classic:
+        # The bucket's `le` as Prometheus 3 stores it (`60.0`, `1.0`) whatever the exporter
+        # wrote: the ratio reads it as well as the exposition's own spelling.
+        stored.append(Case(
+            f"{alert} fast burn with le as Prometheus 3 stores it",
+            alert,
+            _hist(h, {"workload": "wl"}, {recording.om_float(slo.threshold): f"0+{fast_good}x5",
+                                          "+Inf": f"0+{per_min}x5"}),
+            [("2m", []), ("3m", [page1(fast_pct, 3)])],
+        ))
     return [
+        *stored,
         Case(
             # The ratio is 20x budget from 1m (first rate). Pairs fire after their `for`:
             # 1h/5m at 1m+2m, 6h/30m at 1m+15m, 1d/2h at 1m+1h, 3d/6h at 1m+3h.
@@ -438,9 +451,37 @@ def cases(config: Config) -> dict[str, list[Case]]:
                 ],
             ),
             Case(
-                # Head keeps moving; applied stops at 10m. Unchanged for a full 10m window at
-                # 20m; for 5m: silent at 24m, firing at 25m (head 350, applied 200). Workload
-                # idle is caught up and quiet: never fires.
+                # The counter resets at 6m (an exporter that lost its state): a reset is no
+                # loss, also while the sample before it is the window's first (2 at 20m: its
+                # [15m] holds 3 then 0) or is just outside it (3 at 21m).
+                f"{p}EventsMissing silent across a counter reset",
+                f"{p}EventsMissing",
+                [(sel("zaroz_events_missing_total", workload="wl"), "3x5 0x30")],
+                [("6m", []), ("20m", []), ("21m", [])],
+            ),
+            Case(
+                # Reset at 6m, then 2 seqs lost at 7m: counted from zero (no negative
+                # increase), it fires at 7m (2.143: the 7 minutes of samples extrapolated half
+                # an interval back, 7.5/7), and ends once the loss has left the window on both
+                # majors (22m).
+                f"{p}EventsMissing losses after a counter reset",
+                f"{p}EventsMissing",
+                [(sel("zaroz_events_missing_total", workload="wl"), "3x5 0 2x30")],
+                [
+                    ("6m", []),
+                    ("7m", [Fire({"workload": "wl"},
+                                 "Workload wl: 2.143 events were given up as lost in the "
+                                 "last 15m; "
+                                 "measurements that needed them are missing.")]),
+                    ("22m", []),
+                ],
+            ),
+            Case(
+                # Head keeps moving; applied last moves at the 10m sample (9m: 190, 10m: 200).
+                # Unchanged for a full 10m window at 20m; for 5m: silent at 24m, firing at 25m
+                # (head 350, applied 200). At 19m Prometheus 3's left-open `[10m]` already
+                # holds no change (the 9m sample is out), `offset 10m` (9m's 190) says it
+                # moved. Workload idle is caught up and quiet: never fires.
                 f"{p}EventTailStalled",
                 f"{p}EventTailStalled",
                 [
@@ -462,6 +503,40 @@ def cases(config: Config) -> dict[str, list[Case]]:
                         ],
                     ),
                 ],
+            ),
+            Case(
+                # At 30 s scrapes the seq last moves at 10m30s (10m: 300, 10m30s: 310). At 20m
+                # the 10m sample is exactly the `[10m]` range's start: Prometheus 2 counts it
+                # (a change), 3 leaves it out (none), so `changes()` alone said "stalled" at
+                # 20m on 3 and 21m on 2; with the `offset` sample (10m's 300) both say it from
+                # 20m30s, the first evaluation at 21m; for 5m: silent at 25m, firing at 26m.
+                f"{p}EventTailStalled a sample at the window's start",
+                f"{p}EventTailStalled",
+                [
+                    (sel("zaroz_route_head_seq", workload="wl"), "100+10x80"),
+                    (sel("zaroz_events_last_seq", workload="wl"), "100+10x21 310x60"),
+                ],
+                [
+                    ("25m", []),
+                    ("26m", [Fire({"workload": "wl"},
+                                  "Workload wl: the events route is 310 events ahead and the "
+                                  "applied seq has not moved for 10m.")]),
+                ],
+                interval="30s",
+            ),
+            Case(
+                # The exporter stops at 15m: its series end with stale markers, the lag with them;
+                # no stall is claimed for what is not scraped (ZarozExporterAbsent's case).
+                f"{p}EventTailStalled silent once its series are stale",
+                f"{p}EventTailStalled",
+                [
+                    (sel("zaroz_route_head_seq", workload="wl"), "100+10x15 stale"),
+                    (sel("zaroz_events_last_seq", workload="wl"), "100x15 stale"),
+                ],
+                [("15m", [Fire({"workload": "wl"},
+                               "Workload wl: the events route is 150 events ahead and the "
+                               "applied seq has not moved for 10m.")]),
+                 ("16m", []), ("30m", [])],
             ),
             Case(
                 # Successes stop at 600 s; older than 300 s from 16m; for 5m: firing at 21m.
@@ -583,9 +658,32 @@ def cases(config: Config) -> dict[str, list[Case]]:
                 [("15m", [])],
             ),
             Case(
-                # Shard 1 of 2 reports until 5m; the lookback keeps its last sample through
-                # 10m, so the shard is missing from 11m; for 5m: silent at 15m, firing at 16m.
+                # Shard 1 of 2 reports until 5m, then its target goes: Prometheus writes stale
+                # markers at the next scrape (6m), so the shard is missing from 6m; for 5m:
+                # silent at 10m, firing at 11m.
                 f"{p}ExporterShardMissing one of two stops",
+                f"{p}ExporterShardMissing",
+                [
+                    (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="a"), "0x30"),
+                    (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="a"), "2x30"),
+                    (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="b"),
+                     "1x5 stale"),
+                    (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="b"),
+                     "2x5 stale"),
+                ],
+                [
+                    ("10m", []),
+                    ("11m", [Fire({}, "Only 1 distinct shards report: the workloads of the "
+                                  "missing ones are not exported.")]),
+                ],
+            ),
+            Case(
+                # The same shard's series end without a marker (a sample is then seen for the
+                # 5m lookback): its last sample, 5m, is exactly 5m old at 10m, which Prometheus
+                # 2 still counts and 3 (left-open lookback) does not, so the start of "missing"
+                # differs by that one evaluation. Missing from 11m on both; silent at 14m,
+                # firing at 16m on both.
+                f"{p}ExporterShardMissing one of two ends without stale markers",
                 f"{p}ExporterShardMissing",
                 [
                     (sel("zaroz_exporter_shard", job="zaroz-exporter", instance="a"), "0x30"),
@@ -594,7 +692,7 @@ def cases(config: Config) -> dict[str, list[Case]]:
                     (sel("zaroz_exporter_shards", job="zaroz-exporter", instance="b"), "2x5"),
                 ],
                 [
-                    ("15m", []),
+                    ("14m", []),
                     ("16m", [Fire({}, "Only 1 distinct shards report: the workloads of the "
                                   "missing ones are not exported.")]),
                 ],
@@ -770,9 +868,9 @@ def _cluster_cases(config: Config) -> list[Case]:
                     [({**a, "workload": "wl"}, 0.25), ({**b, "workload": "wl"}, 0.0)])],
         ),
         Case(
-            # a's tail is stalled from 0m (head ahead, applied seq flat; for 5m: silent at 4m,
-            # firing at 5m); b's, same workload, moves and is caught up. Merged (max of both),
-            # a would read as caught up.
+            # a's tail is stalled from 0m (head ahead, applied seq flat): unchanged for a full
+            # 10m window at 10m; for 5m: silent at 14m, firing at 15m. b's, same workload,
+            # moves and is caught up. Merged (max of both), a would read as caught up.
             f"{p}EventTailStalled per cluster",
             f"{p}EventTailStalled",
             [
@@ -781,7 +879,7 @@ def _cluster_cases(config: Config) -> list[Case]:
                 (sel("zaroz_route_head_seq", **b, workload="wl"), "1000+10x30"),
                 (sel("zaroz_events_last_seq", **b, workload="wl"), "1000+10x30"),
             ],
-            [("4m", []), ("5m", [Fire(
+            [("14m", []), ("15m", [Fire(
                 {**a, "workload": "wl"},
                 "Workload wl: the events route is 50 events ahead and the applied seq has not "
                 f"moved for {config.tail_stalled_window}.")])],

@@ -17,8 +17,10 @@ no such label, `by (cluster, ...)` is the same as without it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 
 from alerts.template import Sym, call
 from exporter import catalog
@@ -115,8 +117,41 @@ def le_value(bound: float) -> str:
     return repr(float(bound))
 
 
+def om_float(bound: float) -> str:
+    """A bucket bound as Prometheus 3 stores `le` (and `quantile`) whatever the exposition wrote,
+    and Prometheus 2 from a protobuf scrape: Go's shortest `%g` with `.0` after an integer
+    (`60` -> `60.0`, `1e6` -> `1e+06`). (The mixin's `z.omFloat` writes it in jsonnet.)"""
+    f = float(bound)
+    if math.isinf(f):
+        return "+Inf" if f > 0 else "-Inf"
+    if f == 0:
+        return "0.0"
+    d = Decimal(repr(f)).normalize()  # repr: the shortest digits that read back, as Go's
+    _, digits, exp = d.as_tuple()
+    assert isinstance(exp, int)
+    point = len(digits) + exp - 1  # the exponent of the first digit
+    if point < -4 or point >= 6:  # Go's %g picks %e at these for the shortest precision
+        mant = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+        out = f"{mant}e{'-' if point < 0 else '+'}{abs(point):02d}"
+    else:
+        out = format(abs(d), "f")
+    out = ("-" if f < 0 else "") + out
+    return out if "." in out or "e" in out else out + ".0"
+
+
+def le_regex(bound: float) -> str:
+    """A regex for `le=~` matching `bound` however it is stored: as the exporter writes it
+    (`60`; Prometheus 2 from the text formats) or normalised (`60.0`; Prometheus 3, and 2 from
+    protobuf). `le="60"` finds nothing on Prometheus 3, `le="60.0"` nothing on 2 from text."""
+    if isinstance(bound, Sym):
+        return call("leRegex", bound)
+    spellings = dict.fromkeys((le_value(bound), om_float(bound)))
+    return "|".join(s.replace(".", "[.]").replace("+", "[+]") for s in spellings)
+
+
 def check_bucket_boundary(histogram: str, threshold: float) -> str:
-    """The `le` value of `threshold`, refusing one that is not a bucket bound of `histogram`.
+    """The `le` regex of `threshold` (`le_regex`), refusing one that is not a bucket bound of
+    `histogram`.
 
     `rate(x_bucket{le="T"})` only exists for bounds; any other threshold would match no series
     and the SLO would silently read as 100% bad (or, worse, as no data).
@@ -131,7 +166,7 @@ def check_bucket_boundary(histogram: str, threshold: float) -> str:
             f"SLO threshold {threshold} s is not a bucket boundary of {histogram}; "
             f"choose one of {list(metric.buckets)}"
         )
-    return le_value(threshold)
+    return le_regex(threshold)
 
 
 def _quantile_rules(cl: str = CLUSTER_LABEL, native: bool = False) -> Iterable[RecordingRule]:
@@ -217,7 +252,7 @@ def slo_rules(slo: str, threshold: float, cl: str = CLUSTER_LABEL,
             expr = (f"clamp_min(1 - histogram_fraction(0, {t}, {rate}), 0)\n"
                     f"and on ({cl}, workload) histogram_count({rate}) > 0")
         else:
-            good = f'sum by ({cl}, workload) (rate({h}_bucket{{le="{le}"}}[{w}]))'
+            good = f'sum by ({cl}, workload) (rate({h}_bucket{{le=~"{le}"}}[{w}]))'
             total = f"sum by ({cl}, workload) (rate({h}_count[{w}]))"
             expr = f"clamp_min(1 - ({good} / ({total} > 0)), 0)"
         out.append(RecordingRule(slo_error_ratio_name(slo, w), expr,

@@ -189,6 +189,9 @@ Without the Prometheus Operator CRDs, set `serviceMonitor.enabled=false` and
 `prometheusRule.enabled=false`. The value sets under `ci/` are examples (and what the tests
 render): sharded with persistence, TLS with a webhook Ingress, native histograms, everything on.
 
+The Prometheus, Alertmanager, Grafana and Kubernetes versions the rules, dashboards and chart
+are tested with: [docs/compatibility.md](../../../docs/compatibility.md).
+
 ## Values
 
 {table}"""

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from alerts import alerting, cases, recording, render
-from alerts.config import DEFAULT_CONFIG, SLO, Config
+from alerts.config import DEFAULT_CONFIG, NATIVE_CONFIG, SLO, Config
 from exporter import catalog
 from exporter.sinks.metrics.series import format_value
 from tools import promql
@@ -176,8 +176,8 @@ def test_native_slo_takes_any_threshold(key: str, threshold: float) -> None:
 def test_slo_threshold_on_a_boundary_is_used() -> None:
     cfg = Config(slos=(SLO("readiness", 0.995, 30.0), SLO("allocation_ack", 0.999, 0.25)))
     text = render.rule_files(cfg)["recording.yaml"]
-    assert 'zaroz_unit_ready_seconds_bucket{le="30"}' in text
-    assert 'zaroz_unit_allocation_ack_seconds_bucket{le="0.25"}' in text
+    assert 'zaroz_unit_ready_seconds_bucket{le=~"30|30[.]0"}' in text
+    assert 'zaroz_unit_allocation_ack_seconds_bucket{le=~"0[.]25"}' in text
     alerts_text = render.rule_files(cfg)["alerts.yaml"]
     assert "(14.4 * 0.005)" in alerts_text and "(14.4 * 0.001)" in alerts_text
 
@@ -194,9 +194,39 @@ def test_job_selector_is_configurable() -> None:
 
 @pytest.mark.parametrize("m", [m for m in catalog.METRICS if m.kind is catalog.Kind.HISTOGRAM])
 def test_le_values_match_the_exposition(m: catalog.Metric) -> None:
-    """Prometheus 2 matches `le` as a string: the rules must spell bounds as the exporter does."""
+    """Prometheus 2 matches `le` as a string: the rules must spell bounds as the exporter does
+    (and as Prometheus 3 stores them: `le_regex` holds both)."""
     for b in m.buckets:
         assert recording.le_value(b) == format_value(float(b)) == format_value(b)
+        pattern = re.compile(recording.le_regex(b))
+        assert pattern.fullmatch(format_value(b)) and pattern.fullmatch(recording.om_float(b))
+        assert not pattern.fullmatch(recording.om_float(b * 10)), b
+
+
+# Prometheus 3's spellings of `le` (Go's formatOpenMetricsFloat: strconv 'g', -1, `.0` added).
+@pytest.mark.parametrize(("bound", "stored"), [
+    (60, "60.0"), (1, "1.0"), (0.5, "0.5"), (0.005, "0.005"), (2.5, "2.5"), (300, "300.0"),
+    (123456, "123456.0"), (1e6, "1e+06"), (1234567, "1.234567e+06"), (0.0001, "0.0001"),
+    (2.5e-05, "2.5e-05"), (0, "0.0"), (float("inf"), "+Inf"),
+])
+def test_om_float_is_how_prometheus_3_stores_le(bound: float, stored: str) -> None:
+    assert recording.om_float(bound) == stored
+
+
+def test_no_rule_matches_le_or_quantile_by_one_spelling() -> None:
+    """`le="1"` finds nothing on Prometheus 3 (stored `1.0`), `le="1.0"` nothing on 2 from text:
+    every `le`/`quantile` matcher of every shipped rule file is a regex holding both."""
+    texts = {str(p): p.read_text() for p in ROOT.glob("alerts/rules/**/*.yaml")}
+    texts.update({str(p): p.read_text() for p in ROOT.glob("deploy/**/*rules*.yaml")})
+    texts.update({str(p): p.read_text() for p in ROOT.glob("deploy/helm/**/rules/**/*.yaml")})
+    texts.update({str(p): p.read_text() for p in ROOT.glob("mixin/*/*.libsonnet")})
+    assert len(texts) > 6
+    found = 0
+    for name, text in texts.items():
+        bad = re.findall(r'\b(?:le|quantile)\s*(?:=|!=)\s*\\?"', text)
+        assert not bad, (name, bad)
+        found += len(re.findall(r'\ble=~', text))
+    assert found >= 14, found  # 7 windows x 2 SLOs in the classic files at least
 
 
 def test_promql_selectors() -> None:
@@ -249,3 +279,24 @@ def test_output_native_histograms_writes_the_native_rules(tmp_path: Path) -> Non
         assert (tmp_path / name).read_text() == (render.NATIVE_RULES_DIR / name).read_text()
     assert "histogram_fraction(0, 60," in (tmp_path / "recording.yaml").read_text()
     assert alerts_main(["--native-histograms"]) == 2  # would rewrite the checked-in rules
+
+
+def test_every_name_in_the_rules_is_a_classic_one() -> None:
+    """Prometheus 2 reads only `[a-zA-Z_:][a-zA-Z0-9_:]*` names (3 reads UTF-8 ones, quoted):
+    every metric, record and label name of the shipped rules is a classic one."""
+    metric = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+    label = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+    for cfg in (DEFAULT_CONFIG, NATIVE_CONFIG):
+        for text in render.rule_files(cfg).values():
+            for group in yaml.safe_load(text)["groups"]:
+                for rule in group["rules"]:
+                    name = rule.get("record") or rule["alert"]
+                    assert metric.fullmatch(name), name
+                    assert all(label.fullmatch(k) for k in rule.get("labels", {})), rule
+                    expr = rule["expr"]
+                    assert '{"' not in expr and "{'" not in expr, expr  # a quoted UTF-8 name
+                    for sel in promql.metric_selectors(expr):
+                        assert metric.fullmatch(sel.split("{", 1)[0]), sel
+                    for by in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", expr):
+                        names = [n.strip() for n in by.split(",") if n.strip()]
+                        assert all(label.fullmatch(n) for n in names), (by, expr)

@@ -1,6 +1,7 @@
 """`promtool test rules` on the native-histogram SLO alerts (alerts/tests/native/), at thresholds
 that are no classic bucket boundary (readiness 45 s, allocation ack 1.5 s), with promtool 2.53
-from Debian trixie (.ci/components): bookworm's 2.42 cannot write native histogram series.
+from Debian trixie and 3.5 LTS (.ci/components): bookworm's 2.42 cannot write native histogram
+series, so 2.53 stands for the oldest Prometheus 2 these rules are tested on.
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ import pytest
 
 from alerts import native_cases, render
 from alerts.config import Config
-from tests.components import require_promtool_native
+from tests.components import PROMTOOL_3, require_cached, require_promtool_native
 
 FILES = sorted(p.name for p in render.NATIVE_TESTS_DIR.glob("*.yaml"))
+PROMTOOLS = ["2.53", "3.5"]
 
 
-def _test_rules(cwd: Path, name: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([require_promtool_native(), "test", "rules", name], cwd=cwd,
+def _promtool(version: str) -> str:
+    return require_cached(PROMTOOL_3) if version == "3.5" else require_promtool_native()
+
+
+def _test_rules(cwd: Path, name: str, version: str = "2.53") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_promtool(version), "test", "rules", name], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -31,11 +37,12 @@ def test_the_thresholds_are_no_classic_bucket_boundary() -> None:
         Config(slos=native_cases.TEST_CONFIG.slos[1:])
 
 
+@pytest.mark.parametrize("version", PROMTOOLS)
 @pytest.mark.parametrize("name", FILES)
-def test_promtool_test_rules_native(name: str) -> None:
+def test_promtool_test_rules_native(name: str, version: str) -> None:
     """Fast burn pages then tickets, slow burn only tickets, resolves when the burn stops, and a
     healthy neighbour never fires: over native histogram series."""
-    proc = _test_rules(render.NATIVE_TESTS_DIR, name)
+    proc = _test_rules(render.NATIVE_TESTS_DIR, name, version)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     assert "SUCCESS" in proc.stdout
 

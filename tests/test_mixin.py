@@ -27,9 +27,11 @@ import dashboards
 from alerts import render
 from alerts.alerting import human_duration
 from alerts.config import DEFAULT_CONFIG, NATIVE_CONFIG, SLO, BurnRate, Config
-from alerts.recording import SLO_HISTOGRAMS, SLO_WINDOWS, le_value
+from alerts.recording import SLO_HISTOGRAMS, SLO_WINDOWS, le_regex, le_value, om_float
 from alerts.template import to_config
+from exporter import catalog
 from tests.components import missing, require
+from tests.test_alerts_promtool import PROMTOOLS, promtool
 from tools import mixin as mixingen
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,16 +259,19 @@ def test_a_bad_runbook_base_or_switch_is_refused(engine: str) -> None:
         render_mixin("{ nativeHistograms: 'yes' }", engine)
 
 
+@pytest.mark.parametrize("version", PROMTOOLS)
 @pytest.mark.parametrize("native", [False, True], ids=["classic", "native"])
-def test_promtool_accepts_the_rendered_rules(tmp_path: Path, native: bool) -> None:
-    promtool = require("promtool")
+def test_promtool_accepts_the_rendered_rules(tmp_path: Path, native: bool, version: str) -> None:
+    """On the oldest supported promtool and on 3.5 (their rule files are the Python ones, which
+    `promtool test rules` runs on both: tests/test_alerts_promtool.py)."""
+    tool = promtool(version)
     got = render_mixin(f"{OVERRIDE} + {{ nativeHistograms: {str(native).lower()} }}")
     paths = []
     for part in ("alerts", "rules"):
         path = tmp_path / f"{part}.yaml"
         path.write_text(yaml.safe_dump(got[part], sort_keys=False))
         paths.append(str(path))
-    run = subprocess.run([promtool, "check", "rules", *paths], capture_output=True, text=True,
+    run = subprocess.run([tool, "check", "rules", *paths], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     # 19 alerts and one per burn-rate pair and SLO (2 x 2); 39 recording rules
@@ -311,9 +316,10 @@ def test_the_readme_commands_render_the_readme_config(tmp_path: Path) -> None:
                     runbook_base="https://wiki.example.com/zaroz/runbooks/",
                     native_histograms=True)
     _assert_same(got, python_outputs(config))
-    check = subprocess.run([require("promtool"), "check", "rules", "alerts.yaml", "rules.yaml"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert check.returncode == 0, check.stdout + check.stderr
+    for version in PROMTOOLS:
+        check = subprocess.run([promtool(version), "check", "rules", "alerts.yaml", "rules.yaml"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, (version, check.stdout + check.stderr)
 
 
 def test_the_readme_lists_every_config_key() -> None:
@@ -356,6 +362,18 @@ def test_numbers_are_written_as_python_writes_them(engine: str) -> None:
     for key, expected in want.items():
         bad = [(x, g, w) for x, g, w in zip(values, got[key], expected, strict=True) if g != w]
         assert not bad, (key, bad[:5])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_le_values_are_written_as_python_writes_them(engine: str) -> None:
+    """z.omFloat and z.leRegex against alerts.recording's om_float and le_regex: the bucket
+    bounds of every histogram and the values where Go's %g turns to an exponent."""
+    values = sorted({*(b for m in catalog.METRICS for b in m.buckets), 0.0001, 0.00001, 2.5e-7,
+                     99999.5, 123456.0, 999999.0, 1e6, 1234567.0, 1e16})
+    got = evaluate(
+        f"local z = import 'mixin/lib/format.libsonnet'; local v = {json.dumps(values)};\n"
+        "{ om: [z.omFloat(x) for x in v], le: [z.leRegex(x) for x in v] }", engine=engine)
+    assert got == {"om": [om_float(x) for x in values], "le": [le_regex(x) for x in values]}
 
 
 def test_the_alerts_modules_import_in_one_direction() -> None:

@@ -185,7 +185,7 @@ local classic(c) = [
       },
       {
         "alert": "ZarozEventTailStalled",
-        "expr": "workload:zaroz_events_behind_head:seq > 0\nand on (" + c.clusterLabel + ", workload)\nmax by (" + c.clusterLabel + ", workload) (changes(zaroz_events_last_seq[" + c.tailStalledWindow + "])) == 0",
+        "expr": "workload:zaroz_events_behind_head:seq > 0\nand on (" + c.clusterLabel + ", workload)\nmax by (" + c.clusterLabel + ", workload) (changes(zaroz_events_last_seq[" + c.tailStalledWindow + "])) == 0\nand on (" + c.clusterLabel + ", workload)\nmax by (" + c.clusterLabel + ", workload) (zaroz_events_last_seq)\n== max by (" + c.clusterLabel + ", workload) (zaroz_events_last_seq offset " + c.tailStalledWindow + ")",
         [if !std.member(['', '0m', '0s'], c.tailStalledFor) then "for"]: "" + c.tailStalledFor,
         "labels": {
           "severity": "warning",
@@ -510,7 +510,7 @@ local native(c) = [
       },
       {
         "alert": "ZarozEventTailStalled",
-        "expr": "workload:zaroz_events_behind_head:seq > 0\nand on (" + c.clusterLabel + ", workload)\nmax by (" + c.clusterLabel + ", workload) (changes(zaroz_events_last_seq[" + c.tailStalledWindow + "])) == 0",
+        "expr": "workload:zaroz_events_behind_head:seq > 0\nand on (" + c.clusterLabel + ", workload)\nmax by (" + c.clusterLabel + ", workload) (changes(zaroz_events_last_seq[" + c.tailStalledWindow + "])) == 0\nand on (" + c.clusterLabel + ", workload)\nmax by (" + c.clusterLabel + ", workload) (zaroz_events_last_seq)\n== max by (" + c.clusterLabel + ", workload) (zaroz_events_last_seq offset " + c.tailStalledWindow + ")",
         [if !std.member(['', '0m', '0s'], c.tailStalledFor) then "for"]: "" + c.tailStalledFor,
         "labels": {
           "severity": "warning",

@@ -80,6 +80,20 @@ local scientific(n) =
   local e = std.toString(if x < 0 then -x else x);  // std.abs(0) is -0
   mant + 'e' + (if x < 0 then '-' else '+') + (if std.length(e) < 2 then '0' + e else e);
 
+// The shortest digits of x > 0 that read back as x (Python's repr, Go's shortest %g).
+local shortest(x) =
+  local n = exact(x);
+  // (std.parseJson aborts on a number above the largest double)
+  local reads(p) = local r = round(n, p);
+                   r.point <= 308 && std.parseJson(scientific(r)) == x;
+  // More digits are never farther from x, so the first p that reads back is found by
+  // bisection (17 always does).
+  local search(lo, hi) =
+    if lo == hi then lo
+    else local mid = std.floor((lo + hi) / 2);
+         if reads(mid) then search(lo, mid) else search(mid + 1, hi);
+  round(n, search(1, 17));
+
 local signed(x, f) =
   if x == 0 then f(null, true)
   else if x < 0 then '-' + f(exact(-x), false)
@@ -100,16 +114,7 @@ local signed(x, f) =
     signed(x, function(n, zero)
       if zero then '0.0'
       else
-        // (std.parseJson aborts on a number above the largest double)
-        local reads(p) = local r = round(n, p);
-                         r.point <= 308 && std.parseJson(scientific(r)) == std.abs(x);
-        // More digits are never farther from x, so the first p that reads back is found by
-        // bisection (17 always does).
-        local shortest(lo, hi) =
-          if lo == hi then lo
-          else local mid = std.floor((lo + hi) / 2);
-               if reads(mid) then shortest(lo, mid) else shortest(mid + 1, hi);
-        local r = round(n, shortest(1, 17));
+        local r = shortest(std.abs(x));
         local e = r.point - 1;
         if -4 <= e && e < 16 then
           local f = fixed(r);
@@ -140,12 +145,32 @@ local signed(x, f) =
       local drop(ps) = if ps[0][0] == 0 then drop(ps[1:]) else ps;
       std.join(' ', [std.toString(p[0]) + p[1] for p in drop(parts)]),
 
-  // alerts.recording.check_bucket_boundary: classic SLO thresholds must be bucket bounds.
+  // alerts.recording.check_bucket_boundary: classic SLO thresholds must be bucket bounds; their
+  // `le` regex.
   bucketBound(x, histogram, buckets)::
     assert std.length([b for b in buckets if std.abs(b - x) < 1e-12]) > 0 :
            'SLO threshold %s s is not a bucket boundary of %s; choose one of %s (or set nativeHistograms)'
            % [std.toString(x), histogram, std.toString(buckets)];
-    self.num(x),
+    self.leRegex(x),
+
+  // alerts.recording.om_float: x as Prometheus 3 stores an `le` value (Go's shortest %g, `.0`
+  // after an integer).
+  omFloat(x)::
+    assert std.isNumber(x) : 'expected a number, got %s' % std.toString(x);
+    if x == 0 then '0.0'
+    else
+      local r = shortest(std.abs(x));
+      local e = r.point - 1;
+      local s = (if x < 0 then '-' else '') + (if -4 <= e && e < 6 then fixed(r) else scientific(r));
+      if std.length(std.findSubstr('.', s)) == 0 && std.length(std.findSubstr('e', s)) == 0
+      then s + '.0' else s,
+
+  // alerts.recording.le_regex: both spellings of a bound, for `le=~`.
+  leRegex(x)::
+    local esc(s) = std.strReplace(std.strReplace(s, '.', '[.]'), '+', '[+]');
+    local a = self.num(x);
+    local b = self.omFloat(x);
+    if a == b then esc(a) else esc(a) + '|' + esc(b),
 
   // What alerts.config.Config checks of the values that are not rule thresholds.
   checked(c)::

@@ -118,31 +118,31 @@ local classic(c) = [
     "rules": [
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate5m",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[5m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[5m])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[5m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[5m])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate30m",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[30m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[30m])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[30m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[30m])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate1h",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[1h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[1h])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[1h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[1h])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate2h",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[2h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[2h])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[2h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[2h])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate6h",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[6h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[6h])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[6h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[6h])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate1d",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[1d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[1d])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[1d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[1d])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_ready_seconds:slo_error_ratio_rate3d",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[3d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[3d])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_bucket{le=~\"" + z.bucketBound(c.slos.readiness.threshold, "zaroz_unit_ready_seconds", [0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600]) + "\"}[3d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_ready_seconds_count[3d])) > 0)), 0)",
       },
     ],
   },
@@ -151,31 +151,31 @@ local classic(c) = [
     "rules": [
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate5m",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[5m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[5m])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[5m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[5m])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate30m",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[30m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[30m])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[30m])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[30m])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate1h",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[1h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[1h])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[1h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[1h])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate2h",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[2h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[2h])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[2h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[2h])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate6h",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[6h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[6h])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[6h])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[6h])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate1d",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[1d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[1d])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[1d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[1d])) > 0)), 0)",
       },
       {
         "record": "workload:zaroz_unit_allocation_ack_seconds:slo_error_ratio_rate3d",
-        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[3d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[3d])) > 0)), 0)",
+        "expr": "clamp_min(1 - (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_bucket{le=~\"" + z.bucketBound(c.slos.allocationAck.threshold, "zaroz_unit_allocation_ack_seconds", [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]) + "\"}[3d])) / (sum by (" + c.clusterLabel + ", workload) (rate(zaroz_unit_allocation_ack_seconds_count[3d])) > 0)), 0)",
       },
     ],
   },
