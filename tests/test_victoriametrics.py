@@ -6,7 +6,8 @@ rule group against it (recording results written back) with no rule in error.
 What is not tested, and why: a protobuf scrape (the scrape config offers no protocol choice and
 the scraper's own Accept header gets text), so no native histograms from a scrape (1.145 takes
 native histograms through remote write and OTLP, which `serve` does not speak; it stores the
-classic buckets); exemplars are scraped without error but found no query API to read them back.
+classic buckets); exemplars are scraped without error, but 1.145 has no query API we found to
+read them back.
 """
 
 from __future__ import annotations
