@@ -541,7 +541,9 @@ def _check_slack(body: dict[str, Any], alertname: str, wl: str, status: str) -> 
     else:
         assert title.startswith(f"[RESOLVED] {alertname} in workload {wl} (zaroz-{wl})"), title
         assert "Resolved (" in text and "resolved " in text and "\n  Was: " in text
-    assert body.get("channel") == "#zaroz-oncall", body
+    # Alertmanager 0.33 leaves the channel out of a post to an incoming webhook (whose URL names
+    # its channel); 0.25 sends the configured one.
+    assert body.get("channel", "#zaroz-oncall") == "#zaroz-oncall", body
     assert att["title_link"] == f"{DEFAULT_RUNBOOK_BASE}#{alertname.lower()}"
     assert re.search(r", since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC", text), text
     assert f"Runbook: {DEFAULT_RUNBOOK_BASE}#{alertname.lower()}" in text
