@@ -30,12 +30,13 @@ def require(binary: str) -> str:
 
 
 def start_prometheus(prometheus: str, config: object, data: object, port: int, *flags: str,
-                     stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+                     stderr: Any = subprocess.DEVNULL, log_level: str = "warn"
+                     ) -> subprocess.Popen[bytes]:
     """A real Prometheus on 127.0.0.1:`port` with `config` and its TSDB in `data` (paths), plus
     `flags` (e.g. --enable-feature=native-histograms); stop it with stop_process."""
     return subprocess.Popen(
         [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
+         f"--web.listen-address=127.0.0.1:{port}", f"--log.level={log_level}", *flags],
         stdout=subprocess.DEVNULL, stderr=stderr)
 
 
@@ -94,3 +95,22 @@ def require_cached(component: tuple[str, str, str]) -> str:
         missing(f"{binary} ({directory}) is not at {path} (.ci/components fetches it; "
                 f"or set {env})")
     return path
+
+
+# Debian's Alertmanager reads its default templates from this directory (a build-time path, no
+# flag moves it): Alertmanager 0.33 unpacked under .ci/cache has them there, not on the system.
+DEBIAN_ALERTMANAGER_ASSETS = "/usr/share/prometheus/alertmanager"
+
+
+def alertmanager_argv(binary: str) -> list[str]:
+    """The command that runs `binary` with its Debian assets found: itself when they are
+    installed, else through a private mount namespace (`unshare`, no privilege needed) in which
+    the unpacked package's usr/share is overlaid on /usr/share for that process alone."""
+    share = os.path.join(os.path.dirname(os.path.dirname(binary)), "share")
+    if os.path.isdir(DEBIAN_ALERTMANAGER_ASSETS) or not os.path.isdir(
+            os.path.join(share, "prometheus", "alertmanager")):
+        return [binary]
+    unshare = require("unshare")
+    mount = f"mount -t overlay overlay -o lowerdir={share}:/usr/share /usr/share"
+    return [unshare, "--mount", "--map-root-user", "sh", "-c", f'{mount} && exec "$0" "$@"',
+            binary]

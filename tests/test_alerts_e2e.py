@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 import yaml
 from aiohttp import web
 
@@ -54,7 +55,16 @@ from exporter.cli import build_parser
 from exporter.commands.config import ServeConfig
 from exporter.commands.demo import demo_serve_args
 from exporter.commands.serve import start
-from tests.components import missing, require, start_prometheus, stop_process
+from tests.components import (
+    ALERTMANAGER_NEW,
+    PROMETHEUS_3,
+    alertmanager_argv,
+    missing,
+    require,
+    require_cached,
+    start_prometheus,
+    stop_process,
+)
 from tests.promapi import AsyncProm, get_async, wait_async
 from tests.serving import free_port
 from tests.test_runbooks import anchors
@@ -281,9 +291,18 @@ async def _platform(listen: str) -> AsyncIterator[tuple[ClusterMirror, str]]:
         await kube.stop()
 
 
-async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
-    prometheus = require("prometheus")
-    alertmanager = _alertmanager_binary()
+# The oldest supported end (Debian bookworm's Prometheus 2.42, Alertmanager 0.25) and the newest
+# (Prometheus 3.5 LTS, Alertmanager 0.33, as .ci/components unpacks them).
+STACKS = {
+    "prometheus2.42-alertmanager0.25": lambda: (require("prometheus"), _alertmanager_binary()),
+    "prometheus3.5-alertmanager0.33": lambda: (require_cached(PROMETHEUS_3),
+                                               require_cached(ALERTMANAGER_NEW)),
+}
+
+
+@pytest.mark.parametrize("stack", list(STACKS))
+async def test_a_stuck_generation_reaches_people_and_resolves(stack: str) -> None:
+    prometheus, alertmanager = STACKS[stack]()
     inbox = Inbox()
     smtp = SmtpSink()
     smtp_server = await asyncio.start_server(smtp.handle, "127.0.0.1", 0)
@@ -315,9 +334,9 @@ async def test_a_stuck_generation_reaches_people_and_resolves() -> None:
                         {"job_name": JOB, "static_configs": [{"targets": [exporter]}]}],
                 }))
                 procs.append(subprocess.Popen(
-                    [alertmanager, f"--config.file={am_cfg}", f"--storage.path={tmp}/am",
-                     f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address=",
-                     "--log.level=warn"],
+                    [*alertmanager_argv(alertmanager), f"--config.file={am_cfg}",
+                     f"--storage.path={tmp}/am", f"--web.listen-address=127.0.0.1:{am_port}",
+                     "--cluster.listen-address=", "--log.level=warn"],
                     stdout=subprocess.DEVNULL, stderr=(tmp / "am.log").open("wb"),
                 ))
                 procs.append(start_prometheus(
@@ -522,7 +541,9 @@ def _check_slack(body: dict[str, Any], alertname: str, wl: str, status: str) -> 
     else:
         assert title.startswith(f"[RESOLVED] {alertname} in workload {wl} (zaroz-{wl})"), title
         assert "Resolved (" in text and "resolved " in text and "\n  Was: " in text
-    assert body["channel"] == "#zaroz-oncall"
+    # Alertmanager 0.33 leaves the channel out of a post to an incoming webhook (whose URL names
+    # its channel); 0.25 sends the configured one.
+    assert body.get("channel", "#zaroz-oncall") == "#zaroz-oncall", body
     assert att["title_link"] == f"{DEFAULT_RUNBOOK_BASE}#{alertname.lower()}"
     assert re.search(r", since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC", text), text
     assert f"Runbook: {DEFAULT_RUNBOOK_BASE}#{alertname.lower()}" in text

@@ -20,6 +20,13 @@ Readiness = Callable[[], tuple[bool, str]]
 log = logging.getLogger("exporter.web.app")
 
 
+def _gone(request: web.Request) -> bool:
+    """The scraper has hung up (its scrape timeout passed): aiohttp runs the handler on regardless,
+    and a scraper that keeps timing out would queue renders no one reads behind each other."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def _accepts_gzip(header: str | None) -> bool:
     if not header:
         return False
@@ -84,7 +91,11 @@ class MetricsServer:
         fmt = negotiate(request.headers.get("Accept"))
         gz = _accepts_gzip(request.headers.get("Accept-Encoding"))
         pb = fmt is Format.PROTOBUF
+        if _gone(request):
+            return web.Response(status=499)  # never sent: nobody is there to read it
         await prime(self.registry, protobuf=pb, text=not pb)
+        if _gone(request):  # what prime rendered stays cached for the next scrape
+            return web.Response(status=499)
         primed = time.perf_counter()
         rendered: list[float] = []
         # From here to the rendered exposition, no await (render_checkpointed_async: it awaits
@@ -106,12 +117,16 @@ class MetricsServer:
             comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)
         await resp.prepare(request)
         size = 0
-        for data in coalesce(chunks):  # per-object families come as many small pieces
-            size += len(data)
-            await resp.write(comp.compress(data) if gz else data)
-        if gz:
-            await resp.write(comp.flush())
-        await resp.write_eof()
+        try:
+            for data in coalesce(chunks):  # per-object families come as many small pieces
+                size += len(data)
+                await resp.write(comp.compress(data) if gz else data)
+            if gz:
+                await resp.write(comp.flush())
+            await resp.write_eof()
+        except ConnectionResetError:  # hung up while it was sent: as if it had not asked
+            log.debug("scrape abandoned by the scraper while it was sent")
+            return resp
         self._bytes.set(size)
         self._duration.set(time.perf_counter() - start)
         self.overview.scraped()
