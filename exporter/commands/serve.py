@@ -87,7 +87,7 @@ class Running:
             return []
         return [w for w, t in self.supervisor.tailers.items()
                 if w not in self.restored and not t.caught_up
-                and (t.start_head is None or t.log.applied_through < t.start_head)]
+                and (t.start_head is None or t.cursor < t.start_head)]
 
     def caught_up(self, workload: str) -> bool:
         """The workload's log is applied through the route's head, as the route said it
@@ -98,7 +98,7 @@ class Running:
             return self.supervisor is None
         fresh = t.last_success is not None and time.time() - t.last_success < 2 * t.wait + 30
         return (fresh and t.caught_up and t.head_seq is not None
-                and t.log.applied_through >= t.head_seq)
+                and t.cursor >= t.head_seq)
 
     def drop_departed(self, retention_ns: int, wall_ns: int) -> None:
         """Drop the workloads gone from the route's list for longer than the retention

@@ -86,7 +86,7 @@ class Intake:
         result = wl.offer(obj, "webhook")
         if result == "ping":
             self.metrics.cursor(workload, seq)
-            if seq > wl.applied_through:
+            if seq > wl.cursor("route"):  # a ping beyond the model's seqs too
                 self._backfill(workload, "ping")
             return result
         if wl.pending:
@@ -185,7 +185,7 @@ class Intake:
         self._last_backfill[workload] = now
         self.metrics.backfill(workload, reason)
         log.debug("backfilling from the route", extra={
-            "workload": workload, "reason": reason, "cursor": tailer.log.applied_through})
+            "workload": workload, "reason": reason, "cursor": tailer.cursor})
         tailer.fetch_now()
 
     def _deferred_backfill(self, workload: str, reason: str) -> None:

@@ -461,8 +461,9 @@ def assemble(version: int, meta: dict[str, Any], workload_rows: Iterable[Sequenc
     loads = orjson.loads
     workloads: dict[str, Any] = {}
     trace_expired: dict[str, int] = {}
+    exact = msgspec.json.decode  # a cursor past the model's seqs is any integer (orjson: float)
     for name, raw in workload_rows:
-        row = loads(raw)
+        row = exact(raw)
         if "trace_expired" in row:
             trace_expired[name] = row.pop("trace_expired")
         entry: dict[str, Any] = {}
