@@ -68,6 +68,7 @@ class Running:
     webhook_url: str | None = None  # --webhook-listen
     # Every source started (the route's tailers, the UnitSignal watch, the webhook intake).
     sources: list[Source] = field(default_factory=list)
+    intake: Intake | None = None  # --webhook-secret-file: told of the workloads dropped
 
     def readiness(self) -> tuple[bool, str]:
         parts = [s.readiness() for s in self.sources]
@@ -109,6 +110,8 @@ class Running:
         gone = lifetime.sweep(self.pipeline, sup.tailers, retention_ns, wall_ns)
         if gone:  # one seen again is new: held until caught up, as any log with no checkpoint
             self.restored = self.restored.difference(gone)
+            if self.intake is not None:
+                self.intake.forget(gone)
 
     def save(self) -> None:
         """A checkpoint of now, between scrapes (periodically and at shutdown), with the
@@ -234,6 +237,7 @@ def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: 
         metrics, namespaces=list(config.namespace) or None,
         label_selector=config.label_selector or None, backoff_factory=backoff,
         watch_list=config.kube_watch_list,
+        died=pipeline.registry.counter("zaroz_exporter_task_restarts_total").labels("kube").inc,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
                                             "namespaces": ",".join(config.namespace) or "*",
@@ -325,7 +329,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     config.web_security.install(server.app)
     url = await _listen(opened, server.app, "--listen", config.listen, config.web_security)
     running = Running(url, pipeline, opened, supervisor, kube, checkpointer=checkpointer,
-                      commits=commits, restored=restored)
+                      commits=commits, restored=restored, intake=intake)
     if webhook_app is not None and webhook_app is not server.app:
         assert config.webhook_listen is not None and config.webhook_security is not None
         running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",

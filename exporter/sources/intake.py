@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
@@ -203,6 +203,18 @@ class Intake:
     def readiness(self) -> tuple[bool, str]:
         """Deliveries are taken from the first moment: nothing to catch up with."""
         return True, "webhook deliveries accepted"
+
+    def forget(self, workloads: Iterable[str]) -> None:
+        """Workloads dropped (wiring/lifetime.py): their gap checks and backfills are
+        cancelled and their marks go, so neither lingers nor judges a log made again under
+        the name by the old one's times."""
+        for w in workloads:
+            for timers in (self._timers, self._deferred):
+                h = timers.pop(w, None)
+                if h is not None:
+                    h.cancel()
+            self._gap_since.pop(w, None)
+            self._last_backfill.pop(w, None)
 
     def close(self) -> None:
         """Cancel the pending checks (at shutdown)."""
