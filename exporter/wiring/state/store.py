@@ -228,6 +228,7 @@ class Store:
         self._db: plyvel.DB | None = None
         self.spans_through = 0  # the last `spans_through` stored
         self.unstored: Unstored | None = None  # taken by failed writes, folded into the next
+        self._log: str | None = None  # the newest log file, its directory entry durable
 
     def exists(self) -> bool:
         return (self.path / "CURRENT").exists()
@@ -235,7 +236,18 @@ class Store:
     def _open(self) -> plyvel.DB:
         if self._db is None:
             self._db = _open(self.path)
+            self._log = _newest_log(self.path)  # opening wrote a manifest: LevelDB synced
         return self._db
+
+    def _sync_new_log(self) -> None:
+        """LevelDB fsyncs the directory for a new MANIFEST only: the log file it makes at a
+        memtable switch holds commits fsynced (sync=True) whose file may have no durable
+        directory entry until the next manifest, so a power loss in between would lose
+        them, acknowledged. After a commit into a new log, the directory is fsynced."""
+        newest = _newest_log(self.path)
+        if newest != self._log:
+            fsync_path(self.path)
+            self._log = newest
 
     def write(self, changes: Changes) -> tuple[int, int]:
         """One batch: all of `changes` and of the writes that failed before it, or (killed, or
@@ -283,6 +295,7 @@ class Store:
             for k in db.iterator(start=start, stop=stop, include_value=False):
                 batch.delete(k)
         self._append(batch)
+        self._sync_new_log()
 
     def _append(self, batch: Any) -> None:
         """The commit: the batch appended to the log and fsynced (a test kills it here)."""
@@ -412,6 +425,12 @@ def _copy(src: Path, dst: Path, attempts: int = 10) -> None:
         except (FileNotFoundError, plyvel.CorruptionError):
             if attempt == attempts - 1:
                 raise
+
+
+def _newest_log(path: Path) -> str | None:
+    """The name of the LevelDB's newest log file (numbered: NNNNNN.log), the one written."""
+    logs = [e.name for e in os.scandir(path) if e.name.endswith(".log")]
+    return max(logs, key=lambda n: int(n[:-4]), default=None) if logs else None
 
 
 def fsync_path(path: Path) -> None:
