@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench._common import child_env, header, proc_status_kib, table
+from bench._common import child_env, header, table
 
 CHILD = """
 import json, sys
