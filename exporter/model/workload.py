@@ -209,6 +209,17 @@ class WorkloadLog:
             return seen.lasts[-1]  # applied_through is at most SEQ_MAX
         return self.next - 1
 
+    def pass_to(self, source: str, through: int) -> None:
+        """`source` holds nothing at or before `through` any more (a route whose oldest
+        retained seq is past it): what is missing up to it is given up, and beyond the model's
+        seqs `source` goes on after it (`cursor`), or it would be asked for again forever."""
+        self.give_up(through)
+        if through > SEQ_MAX:
+            seen = self.sources.get(source)
+            if seen is None:
+                seen = self.sources[source] = SeqRanges()
+            seen.add(through)
+
     def offer_many(self, objs: Iterable[Any], not_json: object, source: str = "file",
                    slow: Callable[[Any, str], object] | None = None) -> None:
         """`offer` of each decoded line in order (`not_json` stands for a line that was no JSON:

@@ -294,7 +294,7 @@ class Tailer:
         self.metrics.cursor_expired(w)
         if oldest_seq - 1 > after:
             self._succeeded()
-            self.log.give_up(oldest_seq - 1)
+            self.log.pass_to(SOURCE, oldest_seq - 1)
             log.warning("events route cursor expired, events lost", extra={
                 "workload": w, "cursor": after, "oldest_seq": oldest_seq,
                 "missing": oldest_seq - 1 - after})
