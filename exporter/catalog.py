@@ -543,7 +543,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "zaroz_exporter_task_restarts_total", Kind.COUNTER,
-        "Background loops (task: checkpoint, expire, collector, overview) that died on an "
+        "Background loops (task: checkpoint, expire, collector, overview, kube) that died on an "
         "exception and were started again after a backoff; each is logged with its exception.",
         ("task",), group="exporter",
     ),

@@ -524,3 +524,32 @@ async def test_list_keys_come_from_the_handler_or_from_the_page_when_it_fails(em
         assert not failures(r)  # a handler bug is no failed request
     finally:
         await r.stop()
+
+
+async def test_a_reflector_task_that_dies_is_logged_counted_and_restarted(emu, session,
+                                                                         caplog):
+    """A fault outside a step (here the pause after a 503 raises) ends the run: the task is
+    supervised as serve's loops are, so it is logged, counted and run again, and syncs."""
+    populate(emu, 3)
+    emu.faults.status(503, on="list")
+    died: list[int] = []
+    sleeps = Sleeps()
+
+    async def breaks_once(delay: float) -> None:
+        if not sleeps.delays:
+            sleeps.delays.append(delay)
+            raise RuntimeError("injected pause fault")
+        await sleeps(delay)
+
+    store = Store()
+    caplog.set_level(logging.ERROR, logger="exporter.tasks")
+    r, _ = reflector(emu, session, store, sleep=breaks_once, died=lambda: died.append(1),
+                     restart_backoff=Backoff(0.001, 0.002))
+    await synced(r)
+    try:
+        assert died == [1]
+        assert [m.__dict__["task"] for m in caplog.records
+                if m.getMessage().startswith("background task died")] == ["kube"]
+        assert store.versions() == server_state(emu)
+    finally:
+        await r.stop()

@@ -147,3 +147,31 @@ def test_verify_and_backup_beside_a_running_writer(tmp_path: Path):
     table.write_bytes(bytes(data))
     problems = Store(tmp_path / "state" / DB).verify()
     assert problems and any("orrupt" in p or "checksum" in p for p in problems), problems
+
+
+def test_a_commit_into_a_new_log_file_fsyncs_the_directory(tmp_path: Path, monkeypatch):
+    """LevelDB fsyncs the directory for its manifest only: a log made at a memtable switch
+    has its directory entry fsynced by the store after the commit that went into it."""
+    from exporter.wiring.state import store as store_mod
+
+    monkeypatch.setattr(store_mod, "MEMTABLE", 64 << 10)
+    synced: list[tuple[Path, str | None]] = []
+    real = store_mod.fsync_path
+    store = Store(tmp_path / DB)
+
+    def recording(path: Path) -> None:
+        synced.append((Path(path), _live_log(tmp_path / DB).name))
+        real(path)
+
+    monkeypatch.setattr(store_mod, "fsync_path", recording)
+    logs: list[str] = []
+    for i in range(40):
+        store.write(Changes(full=i == 0, units=[
+            ("wl", f"u{k}", i, 1, 1, 0, 0, None, "x" * 100) for k in range(200)]))
+        live = _live_log(tmp_path / DB).name
+        if logs and live != logs[-1]:  # (the first: made at the open, with its manifest)
+            assert (tmp_path / DB, live) in synced  # before the commit returned
+        if not logs or live != logs[-1]:
+            logs.append(live)
+    store.close()
+    assert len(logs) >= 3  # several switches

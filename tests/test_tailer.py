@@ -242,6 +242,20 @@ async def test_410_counts_the_expired_range_missing_and_continues_from_oldest(ma
     assert rig.requests() == {"200": 2, "410": 1}
 
 
+async def test_410_beyond_the_models_seqs_moves_the_cursor_there(make_rig):
+    """An oldest retained seq past 2^63 - 1: the cursor goes on after what expired (no 410
+    asked for again and again)."""
+    rig = await make_rig()
+    rig.server.append("wl-1", envelopes(3))
+    t = rig.tailer()
+    await t.poll()
+    rig.server.faults.add(expire(2**63 + 5))
+    assert await t.poll() == 0
+    assert t.cursor == 2**63 + 4 and t.log.applied_through == 2**63 - 2
+    await t.poll()
+    assert t.caught_up and rig.requests() == {"200": 2, "410": 1}
+
+
 async def test_410_that_would_not_move_the_cursor_backs_off(make_rig):
     rig = await make_rig(expire(1))
     rig.server.append("wl-1", envelopes(2))

@@ -121,3 +121,32 @@ def test_the_retention_runs_on_across_a_restart(tmp_path: Path):
     stored = read_state(tmp_path)
     assert stored is not None and set(stored["workloads"]) == {"wl-1"}
     assert lifetime.sweep(q, set(), 0, 500 * h) == []  # 0: never dropped
+
+
+async def test_a_dropped_workload_leaves_no_webhook_gap_check_behind():
+    """Events waiting behind a gap set the intake's checks going; once the sweep drops the
+    workload they are cancelled, so a log made again under its name starts its own."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from exporter.commands.serve import Running
+    from exporter.sinks.metrics.webhook import WebhookMetrics
+    from exporter.sources.intake import Intake
+
+    logs, _ = finite_logs(seed=37, workloads=2, seconds=30, rate=0.5)
+    p = Pipeline()
+    sup: Any = SimpleNamespace(discovered=True, tailers={"wl-1": None}, fixed=None)
+    intake = Intake(p, WebhookMetrics(p.registry), None, grace=60.0)
+    intake.supervisor = sup  # a route lists the workloads (no tailer runs: none is asked)
+    for w, evs in logs.items():
+        p.workload(w)
+        intake.deliver(w, evs[2])  # seqs 1 and 2 missing: a gap check is due
+    assert {"wl-1", GONE} <= set(intake._timers)
+    running = Running("", p, contextlib.AsyncExitStack(), sup, intake=intake)
+    h = 3600 * NS
+    running.drop_departed(24 * h, 100 * h)  # GONE found gone
+    running.drop_departed(24 * h, 125 * h)
+    assert GONE not in p.logs
+    assert GONE not in intake._timers and GONE not in intake._gap_since
+    assert "wl-1" in intake._timers
+    intake.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import json
 import re
 import time
 from collections import Counter
@@ -173,7 +174,10 @@ class RouteServer:
         payload = await self._poll(log, after, limit, wait)
         if isinstance(payload, web.Response):
             return payload
-        body = orjson.dumps(payload)
+        try:
+            body = orjson.dumps(payload)
+        except TypeError:  # an integer beyond 64 bits (the contract sets no maximum)
+            body = json.dumps(payload, separators=(",", ":")).encode()
         if kind is FaultKind.TRUNCATE:
             return await send_truncated(request, body)
         if fault is not None and kind is FaultKind.SLOW and fault.trickle_s > 0:

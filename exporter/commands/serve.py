@@ -69,6 +69,7 @@ class Running:
     webhook_url: str | None = None  # --webhook-listen
     # Every source started (the route's tailers, the UnitSignal watch, the webhook intake).
     sources: list[Source] = field(default_factory=list)
+    intake: Intake | None = None  # --webhook-secret-file: told of the workloads dropped
 
     def readiness(self) -> tuple[bool, str]:
         parts = [s.readiness() for s in self.sources]
@@ -88,7 +89,7 @@ class Running:
             return []
         return [w for w, t in self.supervisor.tailers.items()
                 if w not in self.restored and not t.caught_up
-                and (t.start_head is None or t.log.applied_through < t.start_head)]
+                and (t.start_head is None or t.cursor < t.start_head)]
 
     def caught_up(self, workload: str) -> bool:
         """The workload's log is applied through the route's head, as the route said it
@@ -99,7 +100,7 @@ class Running:
             return self.supervisor is None
         fresh = t.last_success is not None and time.time() - t.last_success < 2 * t.wait + 30
         return (fresh and t.caught_up and t.head_seq is not None
-                and t.log.applied_through >= t.head_seq)
+                and t.cursor >= t.head_seq)
 
     def drop_departed(self, retention_ns: int, wall_ns: int) -> None:
         """Drop the workloads gone from the route's list for longer than the retention
@@ -110,6 +111,8 @@ class Running:
         gone = lifetime.sweep(self.pipeline, sup.tailers, retention_ns, wall_ns)
         if gone:  # one seen again is new: held until caught up, as any log with no checkpoint
             self.restored = self.restored.difference(gone)
+            if self.intake is not None:
+                self.intake.forget(gone)
 
     def save(self) -> None:
         """A checkpoint of now, between scrapes (periodically and at shutdown), with the
@@ -235,6 +238,7 @@ def _kube_source(config: ServeConfig, session: aiohttp.ClientSession, pipeline: 
         metrics, namespaces=list(config.namespace) or None,
         label_selector=config.label_selector or None, backoff_factory=backoff,
         watch_list=config.kube_watch_list,
+        died=pipeline.registry.counter("zaroz_exporter_task_restarts_total").labels("kube").inc,
     )
     log.info("watching UnitSignals", extra={"api": access.base_url, "source": access.source,
                                             "namespaces": ",".join(config.namespace) or "*",
@@ -327,7 +331,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
     config.web_security.install(server.app)
     url = await _listen(opened, server.app, "--listen", config.listen, config.web_security)
     running = Running(url, pipeline, opened, supervisor, kube, checkpointer=checkpointer,
-                      commits=commits, restored=restored)
+                      commits=commits, restored=restored, intake=intake)
     if webhook_app is not None and webhook_app is not server.app:
         assert config.webhook_listen is not None and config.webhook_security is not None
         running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",

@@ -143,11 +143,8 @@ class WorkloadLog:
             seq = obj["seq"]
             if type(seq) is not int:  # JSON Schema's integer admits 1.0
                 seq = int(seq)
-            if seq > SEQ_MAX:  # no seq the log can use up: counted, as one without a seq
-                if self.rejected is not None:
-                    self.rejected(seq, "seq", seq)
-                self.obs.invalid(RANGE)
-                return "invalid"
+            if seq > SEQ_MAX:
+                return self._beyond(seq, source)
             bad = unfit(obj)
             if bad is not None:
                 if self.rejected is not None:
@@ -182,6 +179,46 @@ class WorkloadLog:
             if len(self.pending) > self.max_pending:
                 self.give_up(min(self.pending) - 1)
         return "invalid" if obj is _INVALID or obj is _RANGE else "accepted"
+
+    def _beyond(self, seq: int, source: str) -> str:
+        """A seq beyond what the model holds (model/ranges.py): stepped over. It uses up none
+        of the model's seqs (nothing after it is a gap for it) and is counted invalid once:
+        its source's ranges remember it, so a redelivery is a duplicate, another source's copy
+        a refetch, and that source goes on after it (`cursor`)."""
+        self._mark()
+        seen = self.sources.get(source)
+        if seen is None:
+            seen = self.sources[source] = SeqRanges()
+        if seen.add(seq):
+            self.obs.duplicate(source)
+            return "duplicate"
+        if any(seq in r for s, r in self.sources.items() if s != source):
+            self.obs.refetched(source)
+            return "refetched"
+        if self.rejected is not None:
+            self.rejected(seq, "seq", seq)
+        self.obs.invalid(RANGE)
+        return "invalid"
+
+    def cursor(self, source: str) -> int:
+        """Where `source` (the route) goes on after: `applied_through`, or past the last seq
+        beyond the model's range it delivered (asked for again, it would only come again).
+        Any integer the source gave, exactly."""
+        seen = self.sources.get(source)
+        if seen is not None and seen.lasts and seen.lasts[-1] > SEQ_MAX:
+            return seen.lasts[-1]  # applied_through is at most SEQ_MAX
+        return self.next - 1
+
+    def pass_to(self, source: str, through: int) -> None:
+        """`source` holds nothing at or before `through` any more (a route whose oldest
+        retained seq is past it): what is missing up to it is given up, and beyond the model's
+        seqs `source` goes on after it (`cursor`), or it would be asked for again forever."""
+        self.give_up(through)
+        if through > SEQ_MAX:
+            seen = self.sources.get(source)
+            if seen is None:
+                seen = self.sources[source] = SeqRanges()
+            seen.add(through)
 
     def offer_many(self, objs: Iterable[Any], not_json: object, source: str = "file",
                    slow: Callable[[Any, str], object] | None = None) -> None:

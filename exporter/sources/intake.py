@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from exporter.model.workload import WorkloadLog
@@ -86,7 +86,7 @@ class Intake:
         result = wl.offer(obj, "webhook")
         if result == "ping":
             self.metrics.cursor(workload, seq)
-            if seq > wl.applied_through:
+            if seq > wl.cursor("route"):  # a ping beyond the model's seqs too
                 self._backfill(workload, "ping")
             return result
         if wl.pending:
@@ -185,7 +185,7 @@ class Intake:
         self._last_backfill[workload] = now
         self.metrics.backfill(workload, reason)
         log.debug("backfilling from the route", extra={
-            "workload": workload, "reason": reason, "cursor": tailer.log.applied_through})
+            "workload": workload, "reason": reason, "cursor": tailer.cursor})
         tailer.fetch_now()
 
     def _deferred_backfill(self, workload: str, reason: str) -> None:
@@ -203,6 +203,18 @@ class Intake:
     def readiness(self) -> tuple[bool, str]:
         """Deliveries are taken from the first moment: nothing to catch up with."""
         return True, "webhook deliveries accepted"
+
+    def forget(self, workloads: Iterable[str]) -> None:
+        """Workloads dropped (wiring/lifetime.py): their gap checks and backfills are
+        cancelled and their marks go, so neither lingers nor judges a log made again under
+        the name by the old one's times."""
+        for w in workloads:
+            for timers in (self._timers, self._deferred):
+                h = timers.pop(w, None)
+                if h is not None:
+                    h.cancel()
+            self._gap_since.pop(w, None)
+            self._last_backfill.pop(w, None)
 
     def close(self) -> None:
         """Cancel the pending checks (at shutdown)."""

@@ -1,8 +1,9 @@
 """Tailing each workload's event log from the events route, one asyncio task per workload.
 
-The cursor is always the model's `applied_through`: the tailer keeps no position of its own, so
-whatever the model applied, counted invalid or gave up is never asked for again, and whatever it
-did not is. Wall-clock reads (last success time) happen here, never in the model.
+The cursor is the model's (`WorkloadLog.cursor`): its `applied_through`, or past a seq beyond what
+the model holds that the route gave (any integer, kept exactly); the tailer keeps no position of
+its own, so whatever the model applied, counted invalid or gave up is never asked for again, and
+whatever it did not is. Wall-clock reads (last success time) happen here, never in the model.
 
 Nothing but cancellation ends a tailer: every error is counted, logged (rate-limited) and retried
 after a pause, because a route that is down, a token being fixed or a workload not created yet
@@ -37,6 +38,7 @@ from exporter.sources.tasks import cancel
 
 log = logging.getLogger(__name__)
 
+SOURCE = "route"  # the model's name for what the tailer offers (its ranges give the cursor)
 Sleep = Callable[[float], Awaitable[Any]]
 T = TypeVar("T")
 
@@ -120,6 +122,11 @@ class Tailer:
         self._cuttable: asyncio.Future[Any] | None = None
         self.gate = gate
 
+    @property
+    def cursor(self) -> int:
+        """The seq the next request asks for events after."""
+        return self.log.cursor(SOURCE)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> asyncio.Task[None]:
@@ -199,17 +206,17 @@ class Tailer:
         if start_cursor is not None:
             await self._start_at_cursor(start_cursor)
         log.info("tailing workload", extra={
-            "workload": self.workload, "cursor": self.log.applied_through})
+            "workload": self.workload, "cursor": self.cursor})
         await retry_forever(self.poll, self._pause, self.backoff, log, "tailer error, retrying",
                             lambda: {"workload": self.workload,
-                                     "cursor": self.log.applied_through})
+                                     "cursor": self.cursor})
 
     # -- one request -------------------------------------------------------------------------
 
     async def poll(self) -> float:
         """One request and its effects; returns the pause before the next one."""
         w = self.workload
-        after = self.log.applied_through
+        after = self.cursor
         urgent, self._urgent = self._urgent, False
         # Until caught up, ask without waiting: a log with nothing after the cursor then answers at
         # once, so readiness does not lag a whole long poll behind at startup.
@@ -237,7 +244,7 @@ class Tailer:
                 await ahead
         delay = self._apply(after, page.events, page.head_seq, took < wait / 2)
         if (self.poll_interval > took and len(page.events) < self.limit
-                and self.log.applied_through >= page.head_seq):
+                and self.cursor >= page.head_seq):
             # Caught up, short page: let the next page gather what arrives meanwhile.
             return max(delay, self.poll_interval - took)
         return delay
@@ -249,7 +256,7 @@ class Tailer:
         self.last_success = self.clock()
         self.metrics.success(self.workload, self.last_success)
         if healthy:
-            self.retry.recovered(cursor=self.log.applied_through)
+            self.retry.recovered(cursor=self.cursor)
 
     def _apply(self, after: int, events: list[Any], head: int, early: bool) -> float:
         w, wl = self.workload, self.log
@@ -259,7 +266,7 @@ class Tailer:
             self.start_head = head
         self.metrics.head(w, head)
         for obj in events:
-            wl.offer(obj, "route")
+            wl.offer(obj, SOURCE)
         seqs = _page_seqs(events)
         if seqs:
             # Whatever the page skipped (or did not start with) is lost upstream: the model counts
@@ -269,11 +276,11 @@ class Tailer:
                 log.warning("events route page skipped seqs", extra={
                     "workload": w, "cursor": after, "first_seq": seqs[0], "last_seq": max(seqs),
                     "events": len(events)})
-        if wl.applied_through >= head and not self.caught_up:
+        if self.cursor >= head and not self.caught_up:
             self.caught_up = True
             self.metrics.caught_up(w, True)
             log.info("caught up with the events route", extra={
-                "workload": w, "cursor": wl.applied_through, "head_seq": head})
+                "workload": w, "cursor": self.cursor, "head_seq": head})
         if head < after and not self._warned_behind:
             # The model's seqs only grow: a log that restarted from 1 is not followed (yet).
             self._warned_behind = True
@@ -296,7 +303,7 @@ class Tailer:
         self.metrics.cursor_expired(w)
         if oldest_seq - 1 > after:
             self._succeeded()
-            self.log.give_up(oldest_seq - 1)
+            self.log.pass_to(SOURCE, oldest_seq - 1)
             log.warning("events route cursor expired, events lost", extra={
                 "workload": w, "cursor": after, "oldest_seq": oldest_seq,
                 "missing": oldest_seq - 1 - after})

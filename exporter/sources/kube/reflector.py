@@ -59,12 +59,14 @@ from exporter.sources.kube.api import (
 )
 from exporter.sources.kube.handler import Key, ObjectHandler, object_key, resource_version
 from exporter.sources.ports import KubeRecorder
-from exporter.sources.tasks import cancel
+from exporter.sources.tasks import cancel, supervised
 from exporter.vocabulary import KUBE_LIST_MODES, KUBE_WATCH_LIST_CHOICES, scope_label
 
 __all__ = ["KubeSource", "ObjectHandler", "Reflector", "WatchListSupport"]
 
 log = logging.getLogger(__name__)
+
+TASK = "kube"  # its task label in zaroz_exporter_task_restarts_total
 
 _SLICE = 100  # list items applied between two yields to the event loop
 WATCH_LIST, PAGINATED = KUBE_LIST_MODES
@@ -164,6 +166,8 @@ class Reflector:
         watch_list: str = "off",
         watch_list_wait: float = 10.0,
         support: WatchListSupport | None = None,
+        died: Callable[[], None] | None = None,
+        restart_backoff: Backoff | None = None,
     ) -> None:
         if watch_list not in KUBE_WATCH_LIST_CHOICES:
             raise ValueError(f"watch_list must be one of {KUBE_WATCH_LIST_CHOICES}, "
@@ -211,12 +215,20 @@ class Reflector:
                            retry_first_401=True, scope=self.scope)
         self._task: asyncio.Task[None] | None = None
         self._gc_held = False
+        # The task is supervised as serve's loops are: one that dies anyway (outside a step:
+        # a pause, the metrics, the log) is logged, told to `died` (serve counts it in
+        # zaroz_exporter_task_restarts_total{task="kube"}) and run again after a backoff.
+        self.died = died if died is not None else (lambda: None)
+        self.restart_backoff = restart_backoff if restart_backoff is not None else Backoff(
+            1.0, 60.0)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> asyncio.Task[None]:
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(), name=f"kube:{self.scope}")
+            self._task = asyncio.create_task(
+                supervised(TASK, self.run, self.died, self.restart_backoff),
+                name=f"kube:{self.scope}")
         return self._task
 
     async def stop(self) -> None:

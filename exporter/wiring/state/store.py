@@ -43,6 +43,12 @@ VERSION = 4  # the checkpoint format: 1 and 2 were checkpoint.json, 3 SQLite's s
 # state dir holds at most about this much log beside the tables).
 MEMTABLE = 8 << 20
 TABLE_FILE = 4 << 20  # LevelDB's table files (its default, 2 MiB, makes twice the files)
+# LevelDB's block cache (its default: 8 MiB). It serves no hot read: a restore reads every row
+# once (without filling it: `FILL_ON_READ`), commits only write, and the rare reads (a dropped
+# workload's rows, the spans handled) are of recent blocks. The default stayed full after a
+# restore, ~8 MiB of RSS for nothing (`python -m bench.store_cache`).
+BLOCK_CACHE = 1 << 20
+FILL_ON_READ = False
 _VKEY = b"\x00v"  # the store's format version (no kind's prefix starts with \0)
 
 
@@ -232,6 +238,7 @@ class Store:
         self._db: plyvel.DB | None = None
         self.spans_through = 0  # the last `spans_through` stored
         self.unstored: Unstored | None = None  # taken by failed writes, folded into the next
+        self._log: str | None = None  # the newest log file, its directory entry durable
 
     def exists(self) -> bool:
         return (self.path / "CURRENT").exists()
@@ -239,7 +246,18 @@ class Store:
     def _open(self) -> plyvel.DB:
         if self._db is None:
             self._db = _open(self.path)
+            self._log = _newest_log(self.path)  # opening wrote a manifest: LevelDB synced
         return self._db
+
+    def _sync_new_log(self) -> None:
+        """LevelDB fsyncs the directory for a new MANIFEST only: the log file it makes at a
+        memtable switch holds commits fsynced (sync=True) whose file may have no durable
+        directory entry until the next manifest, so a power loss in between would lose
+        them, acknowledged. After a commit into a new log, the directory is fsynced."""
+        newest = _newest_log(self.path)
+        if newest != self._log:
+            fsync_path(self.path)
+            self._log = newest
 
     def write(self, changes: Changes) -> tuple[int, int]:
         """One batch: all of `changes` and of the writes that failed before it, or (killed, or
@@ -287,6 +305,7 @@ class Store:
             for k in db.iterator(start=start, stop=stop, include_value=False):
                 batch.delete(k)
         self._append(batch)
+        self._sync_new_log()
 
     def _append(self, batch: Any) -> None:
         """The commit: the batch appended to the log and fsynced (a test kills it here)."""
@@ -386,7 +405,8 @@ class Store:
 
 def _open(path: Path, create: bool = True) -> plyvel.DB:
     return plyvel.DB(str(path), create_if_missing=create, write_buffer_size=MEMTABLE,
-                     max_file_size=TABLE_FILE, compression="snappy", paranoid_checks=False)
+                     max_file_size=TABLE_FILE, compression="snappy", paranoid_checks=False,
+                     lru_cache_size=BLOCK_CACHE)
 
 
 def _copy(src: Path, dst: Path, attempts: int = 10) -> None:
@@ -418,6 +438,12 @@ def _copy(src: Path, dst: Path, attempts: int = 10) -> None:
                 raise
 
 
+def _newest_log(path: Path) -> str | None:
+    """The name of the LevelDB's newest log file (numbered: NNNNNN.log), the one written."""
+    logs = [e.name for e in os.scandir(path) if e.name.endswith(".log")]
+    return max(logs, key=lambda n: int(n[:-4]), default=None) if logs else None
+
+
 def fsync_path(path: Path) -> None:
     """A file's or a directory's contents (entries) made durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -439,7 +465,8 @@ def _read(db: Any) -> dict[str, Any] | None:
         raise ValueError(f"unsupported store version {version.decode()!r}")
     # Every block's checksum is checked as it is read: a damaged table fails the read.
     got = {kind: [loads(v) for v in db.iterator(prefix=p, include_key=False,
-                                                verify_checksums=True)]
+                                                verify_checksums=True,
+                                                fill_cache=FILL_ON_READ)]
            for kind, p in _PREFIX.items()}
     meta = {k: loads(v) for k, v in got.pop("meta")}
     state = assemble(VERSION, meta, got.pop("workloads"), got.pop("units"),
@@ -465,8 +492,9 @@ def assemble(version: int, meta: dict[str, Any], workload_rows: Iterable[Sequenc
     loads = orjson.loads
     workloads: dict[str, Any] = {}
     trace_expired: dict[str, int] = {}
+    exact = msgspec.json.decode  # a cursor past the model's seqs is any integer (orjson: float)
     for name, raw in workload_rows:
-        row = loads(raw)
+        row = exact(raw)
         if "trace_expired" in row:
             trace_expired[name] = row.pop("trace_expired")
         entry: dict[str, Any] = {}
