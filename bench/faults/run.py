@@ -1,0 +1,201 @@
+"""One run: the platform, the fleet and the scrapers up, the schedule played, every fault
+healed, the exporters given a deadline to catch up, then the checks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from bench.faults import checker
+from bench.faults.fleet import Fleet
+from bench.faults.platform import Release, ScheduledFaults, finite_logs
+from bench.faults.schedule import ROUTE_KINDS, Fault, Kind, around, draw
+from bench.faults.scrapers import Key, Scraper, scrape
+from exporter.model.sharding import shard_of
+from zaroz_sim.config import SimConfig
+from zaroz_sim.route import RouteServer
+
+
+@dataclass(frozen=True)
+class Options:
+    seed: int
+    minutes: float
+    exporters: int = 2
+    workloads: int = 6
+    rate: float = 0.4  # unit arrivals a simulated second, per workload
+    fault_rate: float = 0.5  # faults a second
+    kinds: frozenset[Kind] | None = None
+    rss_limit_mib: float = 400.0
+    catch_up_s: float = 120.0
+    disk_size: str | None = "8m"
+    root: Path | None = None
+
+
+@dataclass
+class Result:
+    seed: int
+    seconds: float
+    schedule: list[Fault]
+    injected: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    route_faults: Counter[str] = field(default_factory=Counter)
+    report: checker.Report = field(default_factory=checker.Report)
+    failed_at_s: float | None = None
+    scrapes: int = 0
+    rss_max_mib: float = 0.0
+    events: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.report.failed
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed}: {len(self.schedule)} faults scheduled over "
+                 f"{self.seconds:.0f} s, {self.events} events, {self.scrapes} scrapes, "
+                 f"RSS max {self.rss_max_mib:.0f} MiB",
+                 "  injected: " + ", ".join(f"{k} {n}" for k, n in sorted(self.injected.items())),
+                 "  route answers faulted: " + ", ".join(
+                     f"{k} {n}" for k, n in sorted(self.route_faults.items())),
+                 f"  checks held: {self.report.held}, failed: {len(self.report.failed)}"]
+        if self.skipped:
+            lines.append("  skipped (target already down, or no tmpfs): " + ", ".join(
+                f"{k} {n}" for k, n in sorted(self.skipped.items())))
+        if self.report.failed:
+            lines.append(f"FAILED (replay: python -m bench.faults --seed {self.seed} ...):")
+            lines += ["  " + f for f in self.report.failed[:30]]
+            at = self.failed_at_s if self.failed_at_s is not None else self.seconds
+            lines.append(f"  the schedule around t={at:.1f}s:")
+            lines += ["    " + str(f) for f in around(self.schedule, at)]
+        return "\n".join(lines)
+
+
+async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
+                result: Result) -> None:
+    await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
+    kind = fault.kind
+    if kind in ROUTE_KINDS:
+        plan.switch_on(kind, fault.duration_s)
+        result.injected[kind] += 1
+        return
+    if kind is Kind.RESHARD:
+        done = await fleet.reshard(fault.target)
+        (result.injected if done else result.skipped)[kind] += 1
+        return
+    slot = fleet.slot(fault.target)
+    if kind is Kind.DISK_FULL:
+        if slot.disk is None or not slot.disk.fill():
+            result.skipped[kind] += 1
+            return
+        result.injected[kind] += 1
+        try:
+            await asyncio.sleep(fault.duration_s)
+        finally:
+            slot.disk.free()
+        return
+    sig = signal.SIGKILL if kind is Kind.SIGKILL else signal.SIGTERM
+    if not await fleet.stop_slot(slot, sig):
+        result.skipped[kind] += 1
+        return
+    result.injected[kind] += 1
+    try:
+        await asyncio.sleep(fault.duration_s)
+    finally:
+        await fleet.restart_slot(slot)
+
+
+async def _caught_up(fleet: Fleet, heads: dict[str, int], deadline: float
+                     ) -> dict[int, dict[Key, float]] | None:
+    """Every shard ready and its workloads at their heads; its last scrapes, or None."""
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            got: dict[int, dict[Key, float]] = {}
+            for slot in fleet.active():
+                samples = await scrape(slot.url, session)
+                if samples is None:
+                    break
+                got[slot.index] = samples
+            else:
+                if all(checker._get(got[shard_of(w, fleet.shards)], "zaroz_events_last_seq",
+                                    workload=w) == n for w, n in heads.items()):
+                    return got
+            await asyncio.sleep(0.5)
+    return None
+
+
+async def run(opts: Options) -> Result:
+    seconds = opts.minutes * 60
+    sim_seconds = max(60, int(seconds * 2))  # two simulated seconds a wall second
+    logs, truth = finite_logs(opts.seed, opts.workloads, sim_seconds, opts.rate)
+    schedule = draw(opts.seed, seconds, opts.exporters, rate=opts.fault_rate, kinds=opts.kinds,
+                    max_shards=opts.exporters + 1)
+    result = Result(opts.seed, seconds, schedule, events=sum(len(v) for v in logs.values()))
+    print(f"seed {opts.seed}: {len(schedule)} faults over {seconds:.0f} s, "
+          f"{result.events} events in {opts.workloads} workloads, "
+          f"{opts.exporters} exporters:", flush=True)
+    for f in schedule:
+        print("  " + str(f), flush=True)
+    with contextlib.ExitStack() as stack:
+        root = opts.root or Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="zaroz-faults-")))
+        plan = ScheduledFaults(opts.seed)
+        route = RouteServer(SimConfig(workloads=opts.workloads).workload_list(), faults=plan)
+        url = await route.start()
+        release = Release(route, logs)
+        fleet = Fleet(root, url, opts.exporters + 1, opts.exporters, disk_size=opts.disk_size)
+        scrapers: list[Scraper] = []
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await fleet.start()
+            t0 = time.monotonic()
+            for slot in fleet.slots:
+                for name, every in (("a", 0.5), ("b", 0.7)):
+                    sc = Scraper(f"scraper-{name}@{slot.index}", slot, fleet, every, t0)
+                    scrapers.append(sc)
+                    tasks.append(asyncio.create_task(sc.run()))
+            plays = [asyncio.create_task(_play(f, t0, fleet, plan, result)) for f in schedule]
+            while (elapsed := time.monotonic() - t0) < seconds:
+                release.to(elapsed / (seconds * 0.85))
+                await asyncio.sleep(0.2)
+            release.to(1.0)
+            # Heal: no new faults, the running ones ended, every exporter up.
+            plan.heal()
+            for p in plays:
+                p.cancel()
+            await asyncio.gather(*plays, return_exceptions=True)
+            await fleet.heal()
+            print(f"healed at t={time.monotonic() - t0:.1f}s; catching up", flush=True)
+            heads = {w: len(evs) for w, evs in logs.items()}
+            final = await _caught_up(fleet, heads, time.monotonic() + opts.catch_up_s)
+            report = result.report
+            report.check(final is not None,
+                         f"the exporters did not catch up within {opts.catch_up_s:.0f} s")
+            if final is not None:
+                checker.ownership(report, final, list(logs), fleet.shards)
+                for w in logs:
+                    checker.truth(report, final[shard_of(w, fleet.shards)], truth, w)
+            for sc in scrapers:
+                report.check(not sc.backwards, f"{len(sc.backwards)} samples went backwards "
+                             f"for {sc.name}, first: {sc.backwards[0] if sc.backwards else ''}")
+                if sc.backwards and result.failed_at_s is None:
+                    result.failed_at_s = sc.backwards[0].at_s
+                result.scrapes += sc.ok
+                result.rss_max_mib = max(result.rss_max_mib, sc.rss_max_mib)
+            report.check(result.rss_max_mib <= opts.rss_limit_mib,
+                         f"RSS {result.rss_max_mib:.0f} MiB over {opts.rss_limit_mib:.0f} MiB")
+            report.check(not fleet.exits, f"exporters exited on their own: {dict(fleet.exits)}")
+            result.route_faults = plan.injected
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await fleet.close()
+            await route.stop()
+    return result
