@@ -91,14 +91,17 @@ class Slot:
 
 class Fleet:
     def __init__(self, root: Path, route_url: str, slots: int, shards: int, *,
-                 disk_size: str | None, extra: tuple[str, ...] = ()) -> None:
+                 disk_size: str | None, extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.route_url = route_url
         self.slots = [Slot(i, root, disk_size) for i in range(slots)]
         self.shards = shards  # the shard count now; slots[:shards] are the fleet
         self.extra = extra
+        self.env = child_env() | (env or {})
         self.epoch = 0  # bumped at each reshard: scrapers forget what they saw
         self.lock = asyncio.Lock()
         self.exits: Counter[str] = Counter()  # exits nobody asked for, by return code
+        self.full_disk_exits = 0  # starts refused, as they should be, on a full state disk
         self._watch: asyncio.Task[None] | None = None
 
     def active(self) -> list[Slot]:
@@ -117,7 +120,7 @@ class Fleet:
         log = slot.log_path.open("ab")
         try:
             slot.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", MAIN, *args, cwd=ROOT, env=child_env(),
+                sys.executable, "-c", MAIN, *args, cwd=ROOT, env=self.env,
                 stdout=asyncio.subprocess.DEVNULL, stderr=log)
         finally:
             log.close()
@@ -183,6 +186,10 @@ class Fleet:
             async with self.lock:
                 for slot in self.active():
                     if slot.wanted and slot.proc is not None and slot.proc.returncode is not None:
+                        if _said_disk_full(slot.log_path):
+                            self.full_disk_exits += 1
+                            await self._spawn(slot)
+                            continue
                         self.exits[f"rc={slot.proc.returncode}"] += 1
                         print(f"  exporter {slot.index} exited on its own "
                               f"(rc={slot.proc.returncode}); see {slot.log_path}", flush=True)
@@ -198,6 +205,17 @@ class Fleet:
         for slot in self.slots:
             if slot.disk:
                 slot.disk.unmount()
+
+
+def _said_disk_full(log: Path) -> bool:
+    """The exporter's last words were that its state disk is full (a start it must refuse)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 2000))
+            tail = f.read().strip().splitlines()
+    except OSError:
+        return False
+    return bool(tail) and b"its file system is full" in tail[-1]
 
 
 def rss_mib(pid: int) -> float:

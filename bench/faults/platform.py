@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.faults.schedule import Kind
+from exporter.sinks.traces.builder import SpanRecord
+from exporter.sinks.traces.otlp import TraceConfig, TraceSink
+from exporter.wiring.events import Pipeline
 from zaroz_sim.config import SimConfig
 from zaroz_sim.faults import Fault, FaultKind, FaultPlan, drop, http_status, slow, truncate
 from zaroz_sim.route import RouteServer
@@ -30,6 +33,37 @@ def finite_logs(seed: int, workloads: int, seconds: int, rate: float) -> tuple[L
         for wl, evs in part.items():
             logs[wl].extend(evs)
     return logs, sim.truth
+
+
+class _Collect(TraceSink):
+    """The spans one uninterrupted exporter ends, kept instead of exported."""
+
+    def __init__(self) -> None:
+        super().__init__(_Nowhere(), TraceConfig())  # type: ignore[arg-type]
+        self.ids: list[str] = []
+
+    def emit(self, r: SpanRecord) -> None:
+        self.ids.append(f"{r.span_id:016x}")
+
+
+class _Nowhere:
+    def export_encoded(self, body: bytes, count: int) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+def expected_spans(logs: Logs) -> set[str]:
+    """Every span id the logs make: what the collector must hold at the end, each once."""
+    sink = _Collect()
+    p = Pipeline(traces=sink)
+    for wl, evs in logs.items():
+        lg = p.workload(wl)
+        for ev in evs:
+            lg.offer(ev)
+    sink.shutdown()
+    return set(sink.ids)
 
 
 class ScheduledFaults(FaultPlan):

@@ -15,9 +15,10 @@ from pathlib import Path
 import aiohttp
 
 from bench.faults import checker
-from bench.faults.fleet import Fleet
-from bench.faults.platform import Release, ScheduledFaults, finite_logs
-from bench.faults.schedule import ROUTE_KINDS, Fault, Kind, around, draw
+from bench.faults.collector import Collector
+from bench.faults.fleet import Fleet, free_port
+from bench.faults.platform import Release, ScheduledFaults, expected_spans, finite_logs
+from bench.faults.schedule import OTLP_KINDS, ROUTE_KINDS, Fault, Kind, around, draw
 from bench.faults.scrapers import Key, Scraper, scrape
 from exporter.model.sharding import shard_of
 from zaroz_sim.config import SimConfig
@@ -52,6 +53,9 @@ class Result:
     scrapes: int = 0
     rss_max_mib: float = 0.0
     events: int = 0
+    spans: int = 0
+    span_copies: int = 0  # spans received more than once (sent again after a start)
+    full_disk_exits: int = 0
 
     @property
     def ok(self) -> bool:
@@ -60,7 +64,9 @@ class Result:
     def describe(self) -> str:
         lines = [f"seed {self.seed}: {len(self.schedule)} faults scheduled over "
                  f"{self.seconds:.0f} s, {self.events} events, {self.scrapes} scrapes, "
-                 f"RSS max {self.rss_max_mib:.0f} MiB",
+                 f"RSS max {self.rss_max_mib:.0f} MiB; {self.spans} spans, "
+                 f"{self.span_copies} received again; {self.full_disk_exits} starts refused "
+                 f"on a full disk",
                  "  injected: " + ", ".join(f"{k} {n}" for k, n in sorted(self.injected.items())),
                  "  route answers faulted: " + ", ".join(
                      f"{k} {n}" for k, n in sorted(self.route_faults.items())),
@@ -78,9 +84,14 @@ class Result:
 
 
 async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
-                result: Result) -> None:
+                collector: Collector, result: Result) -> None:
     await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
     kind = fault.kind
+    if kind in OTLP_KINDS:
+        result.injected[kind] += 1
+        await collector.window(kind.removeprefix("otlp_").replace("refuse", "refusing"),
+                               fault.duration_s)
+        return
     if kind in ROUTE_KINDS:
         plan.switch_on(kind, fault.duration_s)
         result.injected[kind] += 1
@@ -111,9 +122,9 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         await fleet.restart_slot(slot)
 
 
-async def _caught_up(fleet: Fleet, heads: dict[str, int], deadline: float
-                     ) -> dict[int, dict[Key, float]] | None:
-    """Every shard ready and its workloads at their heads; its last scrapes, or None."""
+async def _caught_up(fleet: Fleet, heads: dict[str, int], spans: set[str], collector: Collector,
+                     deadline: float) -> dict[int, dict[Key, float]] | None:
+    """Every shard's workloads at their heads and every span received; the last scrapes."""
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
             got: dict[int, dict[Key, float]] = {}
@@ -124,7 +135,8 @@ async def _caught_up(fleet: Fleet, heads: dict[str, int], deadline: float
                 got[slot.index] = samples
             else:
                 if all(checker._get(got[shard_of(w, fleet.shards)], "zaroz_events_last_seq",
-                                    workload=w) == n for w, n in heads.items()):
+                                    workload=w) == n for w, n in heads.items()) and (
+                        spans <= collector.received.keys()):
                     return got
             await asyncio.sleep(0.5)
     return None
@@ -145,11 +157,16 @@ async def run(opts: Options) -> Result:
     with contextlib.ExitStack() as stack:
         root = opts.root or Path(stack.enter_context(tempfile.TemporaryDirectory(
             prefix="zaroz-faults-")))
+        spans = expected_spans(logs)
+        collector = Collector(free_port())
+        await collector.start()
         plan = ScheduledFaults(opts.seed)
         route = RouteServer(SimConfig(workloads=opts.workloads).workload_list(), faults=plan)
         url = await route.start()
         release = Release(route, logs)
-        fleet = Fleet(root, url, opts.exporters + 1, opts.exporters, disk_size=opts.disk_size)
+        fleet = Fleet(root, url, opts.exporters + 1, opts.exporters, disk_size=opts.disk_size,
+                      extra=("--otlp-endpoint", collector.endpoint),
+                      env={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
         scrapers: list[Scraper] = []
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -160,7 +177,7 @@ async def run(opts: Options) -> Result:
                     sc = Scraper(f"scraper-{name}@{slot.index}", slot, fleet, every, t0)
                     scrapers.append(sc)
                     tasks.append(asyncio.create_task(sc.run()))
-            plays = [asyncio.create_task(_play(f, t0, fleet, plan, result)) for f in schedule]
+            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, result)) for f in schedule]
             while (elapsed := time.monotonic() - t0) < seconds:
                 release.to(elapsed / (seconds * 0.85))
                 await asyncio.sleep(0.2)
@@ -173,7 +190,8 @@ async def run(opts: Options) -> Result:
             await fleet.heal()
             print(f"healed at t={time.monotonic() - t0:.1f}s; catching up", flush=True)
             heads = {w: len(evs) for w, evs in logs.items()}
-            final = await _caught_up(fleet, heads, time.monotonic() + opts.catch_up_s)
+            final = await _caught_up(fleet, heads, spans, collector,
+                                     time.monotonic() + opts.catch_up_s)
             report = result.report
             report.check(final is not None,
                          f"the exporters did not catch up within {opts.catch_up_s:.0f} s")
@@ -181,6 +199,12 @@ async def run(opts: Options) -> Result:
                 checker.ownership(report, final, list(logs), fleet.shards)
                 for w in logs:
                     checker.truth(report, final[shard_of(w, fleet.shards)], truth, w)
+            got = collector.received
+            missing, foreign = spans - got.keys(), got.keys() - spans
+            report.check(not missing, f"{len(missing)} of {len(spans)} spans never received")
+            report.check(not foreign, f"{len(foreign)} spans received that the logs do not make")
+            result.spans = len(spans)
+            result.span_copies = sum(got.values()) - len(got)
             for sc in scrapers:
                 report.check(not sc.backwards, f"{len(sc.backwards)} samples went backwards "
                              f"for {sc.name}, first: {sc.backwards[0] if sc.backwards else ''}")
@@ -192,10 +216,12 @@ async def run(opts: Options) -> Result:
                          f"RSS {result.rss_max_mib:.0f} MiB over {opts.rss_limit_mib:.0f} MiB")
             report.check(not fleet.exits, f"exporters exited on their own: {dict(fleet.exits)}")
             result.route_faults = plan.injected
+            result.full_disk_exits = fleet.full_disk_exits
         finally:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await fleet.close()
             await route.stop()
+            await collector.stop()
     return result

@@ -19,15 +19,20 @@ class Kind(StrEnum):
     ROUTE_410_EDGE = "route_410_edge"  # 410 whose oldest_seq is the cursor's next: nothing lost
     DISK_FULL = "disk_full"  # the exporter's state disk filled, freed after `duration`
     RESHARD = "reshard"  # every exporter restarted with another shard count (`target`)
+    OTLP_REFUSE = "otlp_refuse"  # the collector answers 503
+    OTLP_SLOW = "otlp_slow"  # the collector takes a second a request
+    OTLP_ABSENT = "otlp_absent"  # the collector's port closed
 
 
 EXPORTER_KINDS = (Kind.SIGKILL, Kind.SIGTERM, Kind.DISK_FULL)
+OTLP_KINDS = (Kind.OTLP_REFUSE, Kind.OTLP_SLOW, Kind.OTLP_ABSENT)
 ROUTE_KINDS = (Kind.ROUTE_503, Kind.ROUTE_DROP, Kind.ROUTE_TRUNCATE, Kind.ROUTE_SLOW,
                Kind.ROUTE_410_EDGE)  # fmt: skip
 # Relative weights: kills most often, a reshard now and then.
 WEIGHTS = {Kind.SIGKILL: 6, Kind.SIGTERM: 3, Kind.ROUTE_503: 3, Kind.ROUTE_DROP: 2,
            Kind.ROUTE_TRUNCATE: 2, Kind.ROUTE_SLOW: 2, Kind.ROUTE_410_EDGE: 2,
-           Kind.DISK_FULL: 2, Kind.RESHARD: 1}  # fmt: skip
+           Kind.DISK_FULL: 2, Kind.RESHARD: 1, Kind.OTLP_REFUSE: 1, Kind.OTLP_SLOW: 1,
+           Kind.OTLP_ABSENT: 1}  # fmt: skip
 
 
 @dataclass(frozen=True)
