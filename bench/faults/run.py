@@ -18,7 +18,16 @@ from bench.faults import checker
 from bench.faults.collector import Collector
 from bench.faults.fleet import Fleet, free_port
 from bench.faults.platform import Release, ScheduledFaults, expected_spans, finite_logs
-from bench.faults.schedule import OTLP_KINDS, ROUTE_KINDS, Fault, Kind, around, draw
+from bench.faults.schedule import (
+    OTLP_KINDS,
+    ROUTE_KINDS,
+    WEBHOOK_KINDS,
+    Fault,
+    Kind,
+    around,
+    draw,
+)
+from bench.faults.webhooks import Pusher
 from bench.faults.scrapers import Key, Scraper, scrape
 from exporter.model.sharding import shard_of
 from zaroz_sim.config import SimConfig
@@ -51,11 +60,14 @@ class Result:
     report: checker.Report = field(default_factory=checker.Report)
     failed_at_s: float | None = None
     scrapes: int = 0
+    scrapes_failed: int = 0  # down, not ready to answer, or refused (a full disk)
     rss_max_mib: float = 0.0
     events: int = 0
     spans: int = 0
     span_copies: int = 0  # spans received more than once (sent again after a start)
     full_disk_exits: int = 0
+    webhooks_acked: int = 0
+    webhook_answers: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -63,13 +75,15 @@ class Result:
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: {len(self.schedule)} faults scheduled over "
-                 f"{self.seconds:.0f} s, {self.events} events, {self.scrapes} scrapes, "
+                 f"{self.seconds:.0f} s, {self.events} events, {self.scrapes} scrapes ({self.scrapes_failed} failed), "
                  f"RSS max {self.rss_max_mib:.0f} MiB; {self.spans} spans, "
                  f"{self.span_copies} received again; {self.full_disk_exits} starts refused "
                  f"on a full disk",
                  "  injected: " + ", ".join(f"{k} {n}" for k, n in sorted(self.injected.items())),
                  "  route answers faulted: " + ", ".join(
                      f"{k} {n}" for k, n in sorted(self.route_faults.items())),
+                 f"  webhook deliveries acknowledged: {self.webhooks_acked}; answers: " + ", ".join(
+                     f"{k} {n}" for k, n in sorted(self.webhook_answers.items())),
                  f"  checks held: {self.report.held}, failed: {len(self.report.failed)}"]
         if self.skipped:
             lines.append("  skipped (target already down, or no tmpfs): " + ", ".join(
@@ -84,9 +98,17 @@ class Result:
 
 
 async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
-                collector: Collector, result: Result) -> None:
+                collector: Collector, pusher: Pusher, result: Result) -> None:
     await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
     kind = fault.kind
+    if kind in WEBHOOK_KINDS:
+        pusher.switch_on(kind.removeprefix("webhook_"), fault.duration_s)
+        result.injected[kind] += 1
+        return
+    if kind is Kind.WEBHOOK_ROTATE:
+        result.injected[kind] += 1
+        await pusher.rotate(fault.duration_s)
+        return
     if kind in OTLP_KINDS:
         result.injected[kind] += 1
         await collector.window(kind.removeprefix("otlp_").replace("refuse", "refusing"),
@@ -142,6 +164,24 @@ async def _caught_up(fleet: Fleet, heads: dict[str, int], spans: set[str], colle
     return None
 
 
+async def _behind(fleet: Fleet, heads: dict[str, int], spans: set[str],
+                  collector: Collector) -> str:
+    """What was still missing at the deadline: each lagging workload, the spans not received."""
+    out = []
+    async with aiohttp.ClientSession() as session:
+        for w, n in heads.items():
+            slot = fleet.slots[shard_of(w, fleet.shards)]
+            samples = await scrape(slot.url, session)
+            at = "down" if samples is None else checker._get(samples, "zaroz_events_last_seq",
+                                                             workload=w)
+            if at != n:
+                out.append(f"{w} (shard {slot.index}) at {at} of {n}")
+    missing = spans - collector.received.keys()
+    if missing:
+        out.append(f"{len(missing)} spans not received")
+    return "; ".join(out)
+
+
 async def run(opts: Options) -> Result:
     seconds = opts.minutes * 60
     sim_seconds = max(60, int(seconds * 2))  # two simulated seconds a wall second
@@ -164,9 +204,12 @@ async def run(opts: Options) -> Result:
         route = RouteServer(SimConfig(workloads=opts.workloads).workload_list(), faults=plan)
         url = await route.start()
         release = Release(route, logs)
+        secret_file = root / "webhook-secrets"
         fleet = Fleet(root, url, opts.exporters + 1, opts.exporters, disk_size=opts.disk_size,
-                      extra=("--otlp-endpoint", collector.endpoint),
+                      extra=("--otlp-endpoint", collector.endpoint,
+                             "--webhook-secret-file", str(secret_file)),
                       env={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+        pusher = Pusher(fleet, logs, release, secret_file, opts.seed)
         scrapers: list[Scraper] = []
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -177,13 +220,15 @@ async def run(opts: Options) -> Result:
                     sc = Scraper(f"scraper-{name}@{slot.index}", slot, fleet, every, t0)
                     scrapers.append(sc)
                     tasks.append(asyncio.create_task(sc.run()))
-            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, result)) for f in schedule]
+            tasks.append(asyncio.create_task(pusher.run()))
+            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, pusher, result)) for f in schedule]
             while (elapsed := time.monotonic() - t0) < seconds:
                 release.to(elapsed / (seconds * 0.85))
                 await asyncio.sleep(0.2)
             release.to(1.0)
             # Heal: no new faults, the running ones ended, every exporter up.
             plan.heal()
+            pusher.heal()
             for p in plays:
                 p.cancel()
             await asyncio.gather(*plays, return_exceptions=True)
@@ -194,11 +239,13 @@ async def run(opts: Options) -> Result:
                                      time.monotonic() + opts.catch_up_s)
             report = result.report
             report.check(final is not None,
-                         f"the exporters did not catch up within {opts.catch_up_s:.0f} s")
+                         f"the exporters did not catch up within {opts.catch_up_s:.0f} s: "
+                         f"{await _behind(fleet, heads, spans, collector)}")
             if final is not None:
                 checker.ownership(report, final, list(logs), fleet.shards)
                 for w in logs:
-                    checker.truth(report, final[shard_of(w, fleet.shards)], truth, w)
+                    checker.truth(report, final[shard_of(w, fleet.shards)], truth, w,
+                                  duplicates=True)
             got = collector.received
             missing, foreign = spans - got.keys(), got.keys() - spans
             report.check(not missing, f"{len(missing)} of {len(spans)} spans never received")
@@ -211,12 +258,15 @@ async def run(opts: Options) -> Result:
                 if sc.backwards and result.failed_at_s is None:
                     result.failed_at_s = sc.backwards[0].at_s
                 result.scrapes += sc.ok
+                result.scrapes_failed += sc.failed
                 result.rss_max_mib = max(result.rss_max_mib, sc.rss_max_mib)
             report.check(result.rss_max_mib <= opts.rss_limit_mib,
                          f"RSS {result.rss_max_mib:.0f} MiB over {opts.rss_limit_mib:.0f} MiB")
             report.check(not fleet.exits, f"exporters exited on their own: {dict(fleet.exits)}")
             result.route_faults = plan.injected
             result.full_disk_exits = fleet.full_disk_exits
+            result.webhooks_acked = pusher.acked
+            result.webhook_answers = pusher.answers
         finally:
             for t in tasks:
                 t.cancel()

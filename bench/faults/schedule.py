@@ -22,17 +22,23 @@ class Kind(StrEnum):
     OTLP_REFUSE = "otlp_refuse"  # the collector answers 503
     OTLP_SLOW = "otlp_slow"  # the collector takes a second a request
     OTLP_ABSENT = "otlp_absent"  # the collector's port closed
+    WEBHOOK_REORDER = "webhook_reorder"  # deliveries shuffled in windows of 8
+    WEBHOOK_RETRY = "webhook_retry"  # a fifth of deliveries sent again (the first answer lost)
+    WEBHOOK_REPLAY = "webhook_replay"  # up to 50 delivered events delivered again
+    WEBHOOK_ROTATE = "webhook_rotate"  # the signing secret rotated
 
 
 EXPORTER_KINDS = (Kind.SIGKILL, Kind.SIGTERM, Kind.DISK_FULL)
 OTLP_KINDS = (Kind.OTLP_REFUSE, Kind.OTLP_SLOW, Kind.OTLP_ABSENT)
+WEBHOOK_KINDS = (Kind.WEBHOOK_REORDER, Kind.WEBHOOK_RETRY, Kind.WEBHOOK_REPLAY)
 ROUTE_KINDS = (Kind.ROUTE_503, Kind.ROUTE_DROP, Kind.ROUTE_TRUNCATE, Kind.ROUTE_SLOW,
                Kind.ROUTE_410_EDGE)  # fmt: skip
 # Relative weights: kills most often, a reshard now and then.
 WEIGHTS = {Kind.SIGKILL: 6, Kind.SIGTERM: 3, Kind.ROUTE_503: 3, Kind.ROUTE_DROP: 2,
            Kind.ROUTE_TRUNCATE: 2, Kind.ROUTE_SLOW: 2, Kind.ROUTE_410_EDGE: 2,
            Kind.DISK_FULL: 2, Kind.RESHARD: 1, Kind.OTLP_REFUSE: 1, Kind.OTLP_SLOW: 1,
-           Kind.OTLP_ABSENT: 1}  # fmt: skip
+           Kind.OTLP_ABSENT: 1, Kind.WEBHOOK_REORDER: 1, Kind.WEBHOOK_RETRY: 1,
+           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1}  # fmt: skip
 
 
 @dataclass(frozen=True)
