@@ -16,7 +16,7 @@ import aiohttp
 
 from bench.faults import checker
 from bench.faults.collector import Collector
-from bench.faults.fleet import Fleet, free_port
+from bench.faults.fleet import Fleet, Slot, free_port
 from bench.faults.platform import Release, ScheduledFaults, expected_spans, finite_logs
 from bench.faults.schedule import (
     OTLP_KINDS,
@@ -27,8 +27,8 @@ from bench.faults.schedule import (
     around,
     draw,
 )
-from bench.faults.webhooks import Pusher
 from bench.faults.scrapers import Key, Scraper, scrape
+from bench.faults.webhooks import Pusher
 from exporter.model.sharding import shard_of
 from zaroz_sim.config import SimConfig
 from zaroz_sim.route import RouteServer
@@ -75,7 +75,8 @@ class Result:
 
     def describe(self) -> str:
         lines = [f"seed {self.seed}: {len(self.schedule)} faults scheduled over "
-                 f"{self.seconds:.0f} s, {self.events} events, {self.scrapes} scrapes ({self.scrapes_failed} failed), "
+                 f"{self.seconds:.0f} s, {self.events} events, {self.scrapes} scrapes "
+                 f"({self.scrapes_failed} failed), "
                  f"RSS max {self.rss_max_mib:.0f} MiB; {self.spans} spans, "
                  f"{self.span_copies} received again; {self.full_disk_exits} starts refused "
                  f"on a full disk",
@@ -123,12 +124,15 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         (result.injected if done else result.skipped)[kind] += 1
         return
     slot = fleet.slot(fault.target)
-    if kind is Kind.DISK_FULL:
+    if kind in (Kind.DISK_FULL, Kind.DISK_FULL_KILL):
         if slot.disk is None or not slot.disk.fill():
             result.skipped[kind] += 1
             return
         result.injected[kind] += 1
         try:
+            if kind is Kind.DISK_FULL_KILL and await fleet.stop_slot(slot, signal.SIGKILL):
+                await fleet.restart_slot(slot)  # a start on a full disk
+                await _started(slot)  # the disk stays full until it opened its state, or gave up
             await asyncio.sleep(fault.duration_s)
         finally:
             slot.disk.free()
@@ -142,6 +146,21 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         await asyncio.sleep(fault.duration_s)
     finally:
         await fleet.restart_slot(slot)
+
+
+async def _started(slot: Slot, timeout_s: float = 30.0) -> None:
+    """Until the slot's process answers /healthz or has exited."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline and slot.running():
+            try:
+                async with session.get(slot.url + "/healthz",
+                                       timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.sleep(0.1)
 
 
 async def _caught_up(fleet: Fleet, heads: dict[str, int], spans: set[str], collector: Collector,
@@ -214,6 +233,8 @@ async def run(opts: Options) -> Result:
         tasks: list[asyncio.Task[None]] = []
         try:
             await fleet.start()
+            for slot in fleet.active():  # the schedule begins once the fleet is up
+                await _started(slot)
             t0 = time.monotonic()
             for slot in fleet.slots:
                 for name, every in (("a", 0.5), ("b", 0.7)):
@@ -221,7 +242,8 @@ async def run(opts: Options) -> Result:
                     scrapers.append(sc)
                     tasks.append(asyncio.create_task(sc.run()))
             tasks.append(asyncio.create_task(pusher.run()))
-            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, pusher, result)) for f in schedule]
+            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, pusher, result))
+                     for f in schedule]
             while (elapsed := time.monotonic() - t0) < seconds:
                 release.to(elapsed / (seconds * 0.85))
                 await asyncio.sleep(0.2)

@@ -18,6 +18,7 @@ class Kind(StrEnum):
     ROUTE_SLOW = "route_slow"  # slow pages, trickled bodies
     ROUTE_410_EDGE = "route_410_edge"  # 410 whose oldest_seq is the cursor's next: nothing lost
     DISK_FULL = "disk_full"  # the exporter's state disk filled, freed after `duration`
+    DISK_FULL_KILL = "disk_full_kill"  # the disk filled, the exporter killed and started on it
     RESHARD = "reshard"  # every exporter restarted with another shard count (`target`)
     OTLP_REFUSE = "otlp_refuse"  # the collector answers 503
     OTLP_SLOW = "otlp_slow"  # the collector takes a second a request
@@ -28,7 +29,7 @@ class Kind(StrEnum):
     WEBHOOK_ROTATE = "webhook_rotate"  # the signing secret rotated
 
 
-EXPORTER_KINDS = (Kind.SIGKILL, Kind.SIGTERM, Kind.DISK_FULL)
+EXPORTER_KINDS = (Kind.SIGKILL, Kind.SIGTERM, Kind.DISK_FULL, Kind.DISK_FULL_KILL)
 OTLP_KINDS = (Kind.OTLP_REFUSE, Kind.OTLP_SLOW, Kind.OTLP_ABSENT)
 WEBHOOK_KINDS = (Kind.WEBHOOK_REORDER, Kind.WEBHOOK_RETRY, Kind.WEBHOOK_REPLAY)
 ROUTE_KINDS = (Kind.ROUTE_503, Kind.ROUTE_DROP, Kind.ROUTE_TRUNCATE, Kind.ROUTE_SLOW,
@@ -38,7 +39,7 @@ WEIGHTS = {Kind.SIGKILL: 6, Kind.SIGTERM: 3, Kind.ROUTE_503: 3, Kind.ROUTE_DROP:
            Kind.ROUTE_TRUNCATE: 2, Kind.ROUTE_SLOW: 2, Kind.ROUTE_410_EDGE: 2,
            Kind.DISK_FULL: 2, Kind.RESHARD: 1, Kind.OTLP_REFUSE: 1, Kind.OTLP_SLOW: 1,
            Kind.OTLP_ABSENT: 1, Kind.WEBHOOK_REORDER: 1, Kind.WEBHOOK_RETRY: 1,
-           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1}  # fmt: skip
+           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1, Kind.DISK_FULL_KILL: 1}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ class Fault:
     duration_s: float
 
     def __str__(self) -> str:
-        return f"t={self.at_s:7.2f}s {self.kind:<15} target={self.target} for {self.duration_s:.2f}s"
+        return (f"t={self.at_s:7.2f}s {self.kind:<15} target={self.target} "
+                f"for {self.duration_s:.2f}s")
 
 
 def draw(seed: int, seconds: float, exporters: int, *, rate: float = 0.5,

@@ -17,7 +17,7 @@ MONOTONE = ("counter", "histogram")
 # The event log's families are restored from the checkpoint, so they hold across restarts; the
 # others count what one process did and start again with it (process_start_time_seconds).
 DURABLE = ("zaroz_events_", "zaroz_unit_")
-START = ("process_start_time_seconds", frozenset())
+START: Key = ("process_start_time_seconds", frozenset())
 
 
 def parse(text: str) -> tuple[dict[Key, float], set[Key]]:
@@ -87,6 +87,8 @@ class Scraper:
                 await asyncio.sleep(self.interval_s)
 
     async def once(self, session: aiohttp.ClientSession) -> None:
+        if self.slot.index >= self.fleet.shards:
+            return  # not in the fleet now (scaled down)
         epoch = self.fleet.epoch
         pid = self.slot.pid()
         if pid is not None:
