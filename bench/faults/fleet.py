@@ -81,6 +81,7 @@ class Slot:
         self.proc: asyncio.subprocess.Process | None = None
         self.wanted = False  # should be running (a kill or a stop makes it False for a while)
         self.starts = 0
+        self.starting_on_full_disk = False
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -146,7 +147,7 @@ class Fleet:
 
     async def stop_slot(self, slot: Slot, sig: signal.Signals) -> bool:
         async with self.lock:
-            if not slot.running() or slot.index >= self.shards:
+            if not slot.running() or slot.index >= self.shards or slot.starting_on_full_disk:
                 return False
             await self._signal(slot, sig)
             return True
@@ -160,7 +161,7 @@ class Fleet:
         """Every exporter stopped (SIGTERM, as a StatefulSet rollout) and the new count started:
         the slots past it keep their state dirs for a later scale-up."""
         async with self.lock:
-            if shards == self.shards:
+            if shards == self.shards or any(s.starting_on_full_disk for s in self.slots):
                 return False
             for slot in self.slots:
                 await self._signal(slot, signal.SIGTERM)

@@ -130,9 +130,15 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
             return
         result.injected[kind] += 1
         try:
+            if kind is Kind.DISK_FULL_KILL:
+                await asyncio.sleep(1.0)  # its saves fail on the full disk first
             if kind is Kind.DISK_FULL_KILL and await fleet.stop_slot(slot, signal.SIGKILL):
                 await fleet.restart_slot(slot)  # a start on a full disk
-                await _started(slot)  # the disk stays full until it opened its state, or gave up
+                slot.starting_on_full_disk = True  # no other fault stops it meanwhile
+                try:
+                    await _started(slot)  # the disk stays full until it opened its state
+                finally:
+                    slot.starting_on_full_disk = False
             await asyncio.sleep(fault.duration_s)
         finally:
             slot.disk.free()
