@@ -125,6 +125,8 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         return
     slot = fleet.slot(fault.target)
     if kind in (Kind.DISK_FULL, Kind.DISK_FULL_KILL):
+        if kind is Kind.DISK_FULL_KILL:
+            await _scrape_once(slot)  # a save first, so its store's log holds something
         if slot.disk is None or not slot.disk.fill():
             result.skipped[kind] += 1
             return
@@ -132,7 +134,8 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         try:
             if kind is Kind.DISK_FULL_KILL:
                 await asyncio.sleep(1.0)  # its saves fail on the full disk first
-            if kind is Kind.DISK_FULL_KILL and await fleet.stop_slot(slot, signal.SIGKILL):
+            if kind is Kind.DISK_FULL_KILL:
+                await fleet.stop_slot(slot, signal.SIGKILL)  # or already down
                 await fleet.restart_slot(slot)  # a start on a full disk
                 slot.starting_on_full_disk = True  # no other fault stops it meanwhile
                 try:
@@ -152,6 +155,11 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         await asyncio.sleep(fault.duration_s)
     finally:
         await fleet.restart_slot(slot)
+
+
+async def _scrape_once(slot: Slot) -> None:
+    async with aiohttp.ClientSession() as session:
+        await scrape(slot.url, session)
 
 
 async def _started(slot: Slot, timeout_s: float = 30.0) -> None:
