@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from exporter.wiring.events import Pipeline
-from exporter.wiring.state.checkpoint import Checkpointer
+from exporter.wiring.state.checkpoint import Checkpointer, CheckpointError
 from exporter.wiring.state.store import DB, Store
 from tests.components import missing
 from tests.serving import Feed, Serve, scrape
@@ -134,3 +135,35 @@ async def test_a_full_state_disk_fails_scrapes_then_recovers_durability_exactly(
         finally:
             await serve.kill()
             await route.stop()
+
+
+def test_a_start_on_a_full_state_disk_says_the_disk_is_full_and_keeps_the_checkpoint(
+        tmp_path: Path):
+    # A store left with its log unmerged (a SIGKILL, or a stop before compaction): opening it
+    # writes a table, which a full disk refuses. The checkpoint is intact, so the error says the
+    # disk is full and never to move the state away (counters would restart), and the same
+    # start succeeds once space is back.
+    from tests.simlogs import finite_logs as logs_of
+
+    logs, _ = logs_of(seed=5, workloads=2, seconds=60, rate=0.5)
+    with _small_disk(tmp_path / "disk", "4m") as disk:
+        p = Pipeline()
+        for w, evs in logs.items():
+            for e in evs:
+                p.workload(w).offer(e)
+        cp = Checkpointer(disk / "state", p)
+        cp.save()
+        cp.close()
+        filler = _fill(disk)
+        refused = Checkpointer(disk / "state", Pipeline())
+        with pytest.raises(CheckpointError) as err:
+            refused.load()
+        refused.close()  # as the process ending does: its lock released
+        message = str(err.value)
+        assert "full" in message and "intact" in message, message
+        assert "move the directory away" not in message, message
+        filler.unlink()
+        q = Pipeline()
+        cp = Checkpointer(disk / "state", q)
+        assert cp.load() == len(logs)
+        cp.close()

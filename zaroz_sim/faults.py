@@ -38,6 +38,7 @@ class Fault:
     seqs: tuple[int, ...] = ()
     delay_s: float = 0.0
     trickle_s: float = 0.0  # pause between body chunks
+    transient: bool = False  # EXPIRE: answer 410 with oldest_seq, retention left where it is
 
 
 def http_status(

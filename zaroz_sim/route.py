@@ -162,6 +162,9 @@ class RouteServer:
             return status_response(fault)
         if kind is FaultKind.DROP:
             return drop_connection(request)
+        if fault is not None and kind is FaultKind.EXPIRE and fault.transient:
+            message = f"events before seq {fault.oldest_seq} are no longer retained"
+            return _error(410, "cursor_expired", message, oldest_seq=fault.oldest_seq)
         if fault is not None and kind is FaultKind.EXPIRE:
             log.floor = max(log.floor, fault.oldest_seq)
             log.trim(log.oldest(self.retain_last))

@@ -99,6 +99,8 @@ SLICE_ROWS = 2000
 FIX = ("restore a backup (`zaroz-exporter state backup`) into an empty --state-dir, or move "
        "the directory away and start with --start-from head or earliest (counters restart)")
 
+_NO_SPACE = "No space left on device"  # LevelDB's IO error (strerror of ENOSPC)
+
 
 class CheckpointError(Exception):
     """The checkpoint could not be written or read."""
@@ -531,6 +533,11 @@ class Checkpointer:
                 try:
                     state = store.read()
                 except Exception as e:
+                    if _NO_SPACE in str(e):  # opening writes (the log into a table)
+                        raise CheckpointError(
+                            f"checkpoint {store.path} cannot be opened: its file system is full "
+                            f"({e}); the checkpoint is intact: free space there (or grow the "
+                            f"volume) and start again") from e
                     raise CheckpointError(
                         f"checkpoint {store.path} is unreadable ({e}); {FIX}") from e
                 finally:

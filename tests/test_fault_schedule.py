@@ -1,0 +1,42 @@
+"""Every fault at once, short: the fault schedule of `bench.faults` (kills and stops of real
+`serve` shards, full state disks, reshards, route 503s, drops, truncated and slow pages, 410s at
+the cursor, the collector refusing, slow or absent, webhook deliveries reordered, retried,
+replayed, the secret rotated) for some 20 s a seed, then every counter and histogram equal to
+the simulator's truth from the one shard that owns each workload, every span received, no
+counter backwards for any scraper, no exporter ending on its own. Each case is a schedule that
+found something (in its comment); the 30-minute run is in bench/README.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.faults.run import Options, run
+from bench.faults.schedule import Kind, by_kind, draw
+
+# An exporter started on its full state disk ended saying its checkpoint was unreadable, to be
+# moved away (counters restarting): Checkpointer._read now says the disk is full and the
+# checkpoint intact, and the start after space is back restores it. Seed 5's starts on a full
+# disk found it (each run, on the code before); seed 108, every kind at once, found it too.
+CASES = {  # (seed, kinds, faults a second, minutes)
+    "starts on a full disk": (5, frozenset({Kind.DISK_FULL_KILL}), 0.3, 0.3),
+    "every kind": (108, None, 0.5, 0.4),
+}
+
+
+def test_a_seed_replays_its_schedule() -> None:
+    a, b = draw(108, 24, 2, rate=0.5, max_shards=3), draw(108, 24, 2, rate=0.5, max_shards=3)
+    assert a == b and a != draw(109, 24, 2, rate=0.5, max_shards=3)
+    assert {Kind.DISK_FULL_KILL, Kind.RESHARD, Kind.WEBHOOK_ROTATE} <= set(by_kind(a))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_a_fault_schedule_ends_exact(case: str, tmp_path: Path) -> None:
+    seed, kinds, rate, minutes = CASES[case]
+    result = await run(Options(seed, minutes, exporters=2, workloads=4, fault_rate=rate,
+                               kinds=kinds, catch_up_s=90.0, root=tmp_path))
+    print(result.describe())
+    assert result.ok, result.describe()
+    assert result.report.held > 500
+    assert sum(result.injected.values()) >= 3
