@@ -261,6 +261,7 @@ def family_lists() -> str:
 
 def metrics_doc() -> str:
     return (
+        "<!-- long: generated reference of every metric and its mapping over OTLP -->\n"
         "# Metric reference\n\n"
         "Generated from `exporter/catalog.py` by `python -m tools.docsgen`; do not edit.\n\n"
         f"{INTERPRETATIONS.replace('RESTART_AT_ZERO' + chr(10), restart_at_zero())}"
