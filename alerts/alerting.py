@@ -492,7 +492,8 @@ def otlp_metrics_alerts(c: Config) -> list[Alert]:
             "warning",
             "The exporter's OTLP metric pushes are not accepted.",
             "Instance {{ $labels.instance }} has had no OTLP metric export accepted for "
-            f"more than {OTLP_STALE_SECONDS // 60} minutes: the receiver's series stand "
+            "{{ $value | humanizeDuration }} (threshold "
+            f"{human_duration(OTLP_STALE_SECONDS)}): the receiver's series stand "
             "still (totals are kept: the next accepted export carries them all).",
             "zaroz-exporter",
             next_step="read the exporter's log for \"metrics export failed\" (its error "

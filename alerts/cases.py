@@ -776,10 +776,11 @@ def _otlp_metrics_cases() -> list[Case]:
     ts = "zaroz_exporter_otlp_metrics_last_success_timestamp_seconds"
     ex = "zaroz_exporter_otlp_metrics_exports_total"
 
-    def desc(instance: str) -> str:
-        return (f"Instance {instance} has had no OTLP metric export accepted for more than "
-                f"{alerting.OTLP_STALE_SECONDS // 60} minutes: the receiver's series stand "
-                "still (totals are kept: the next accepted export carries them all).")
+    def desc(instance: str, ago: str) -> str:
+        return (f"Instance {instance} has had no OTLP metric export accepted for {ago} "
+                f"(threshold {alerting.human_duration(alerting.OTLP_STALE_SECONDS)}): the "
+                "receiver's series stand still (totals are kept: the next accepted export "
+                "carries them all).")
 
     return [
         Case(
@@ -792,7 +793,7 @@ def _otlp_metrics_cases() -> list[Case]:
                 (sel(ts, job="zaroz-exporter", instance="b"), "0+60x45"),
                 (sel(ex, job="zaroz-exporter", instance="b", result="failure"), "0x45"),
             ],
-            [("24m", []), ("26m", [Fire({"instance": "a"}, desc("a"))])],
+            [("24m", []), ("26m", [Fire({"instance": "a"}, desc("a", "21m 0s"))])],
         ),
     ]
 

@@ -171,7 +171,7 @@ def test_state_dir_and_secrets_are_mounted_not_shipped(overlay: str) -> None:
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     state = mounts[env["ZAROZ_EXPORTER_STATE_DIR"]]
-    if overlay == "persistent-state":  # a claim per pod: checkpoints survive rescheduling
+    if overlay in ("persistent-state", "otlp-metrics"):  # a claim per pod: checkpoints survive
         assert state["name"] not in volumes
         claims = _workload(docs)["spec"]["volumeClaimTemplates"]
         assert [c["metadata"]["name"] for c in claims] == [state["name"]]

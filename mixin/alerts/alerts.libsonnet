@@ -319,7 +319,7 @@ local classic(c) = [
         },
         "annotations": {
           "summary": "The exporter's OTLP metric pushes are not accepted.",
-          "description": "Instance {{ $labels.instance }} has had no OTLP metric export accepted for more than 15 minutes: the receiver's series stand still (totals are kept: the next accepted export carries them all). Next: read the exporter's log for \"metrics export failed\" (its error names the receiver's answer) and check the receiver and the network to it.",
+          "description": "Instance {{ $labels.instance }} has had no OTLP metric export accepted for {{ $value | humanizeDuration }} (threshold 15m 0s): the receiver's series stand still (totals are kept: the next accepted export carries them all). Next: read the exporter's log for \"metrics export failed\" (its error names the receiver's answer) and check the receiver and the network to it.",
           "runbook_url": "" + c.runbookBase + "#zarozotlpmetricsexportfailing",
         },
       },
@@ -644,7 +644,7 @@ local native(c) = [
         },
         "annotations": {
           "summary": "The exporter's OTLP metric pushes are not accepted.",
-          "description": "Instance {{ $labels.instance }} has had no OTLP metric export accepted for more than 15 minutes: the receiver's series stand still (totals are kept: the next accepted export carries them all). Next: read the exporter's log for \"metrics export failed\" (its error names the receiver's answer) and check the receiver and the network to it.",
+          "description": "Instance {{ $labels.instance }} has had no OTLP metric export accepted for {{ $value | humanizeDuration }} (threshold 15m 0s): the receiver's series stand still (totals are kept: the next accepted export carries them all). Next: read the exporter's log for \"metrics export failed\" (its error names the receiver's answer) and check the receiver and the network to it.",
           "runbook_url": "" + c.runbookBase + "#zarozotlpmetricsexportfailing",
         },
       },
