@@ -62,6 +62,14 @@ ANSWER = {"PrometheusProto": PROTOBUF_TYPE, "OpenMetricsText1.0.0": OPENMETRICS_
           "PrometheusText0.0.4": TEXT_TYPE}
 # job -> (scrape_protocols, or None for the default; extra scrape config). The first two are
 # what the dashboards read: "classic" as text/OpenMetrics, "native" as the flag's default.
+# Known failure, not yet explained: now one job, now another ("native", scraped in protobuf,
+# or "classic") holds none of the demo's recent per-workload series on this Prometheus 3.5
+# setup, while the same serve's scrapes taken by hand carry them. Open: the exporter's data
+# stopping (a stalled tailer) is not ruled out.
+_NATIVE_JOB_OPEN = pytest.mark.xfail(
+    reason="a job's recent per-workload series go missing on Prometheus 3.5 (open defect)",
+    strict=False)
+
 JOBS: dict[str, tuple[list[str] | None, dict[str, Any]]] = {
     "classic": (CLASSIC_DEFAULT, {}),
     "native": (None, {}),
@@ -331,13 +339,6 @@ def test_every_classic_dashboard_query_has_data_on_3_5(stack: Stack) -> None:
     assert not failures, "\n".join(map(str, failures))
 
 
-# Known failure, not yet explained: now one job, now another ("native", scraped in protobuf,
-# or "classic") holds none of the demo's recent per-workload series on this Prometheus 3.5
-# setup, while the same serve's scrapes taken by hand carry them. Open: the exporter's data
-# stopping (a stalled tailer) is not ruled out.
-_NATIVE_JOB_OPEN = pytest.mark.xfail(
-    reason="a job's recent per-workload series go missing on Prometheus 3.5 (open defect)",
-    strict=False)
 
 
 @_NATIVE_JOB_OPEN
