@@ -25,14 +25,14 @@ import dashboards
 from alerts import recording, render
 from exporter import catalog
 from tests.components import require, start_prometheus, stop_process
+from tests.dashqueries import query_failures, start_demo
 from tests.promapi import Prom, get, ok, wait
 from tests.serving import free_port
 from tests.simlogs import finite_logs
-from tests.test_prometheus_integration import DEMO, query_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_SCALE = 20.0
-RUN_SECONDS = 400  # an upper bound: the fixture stops them when done
+RUN_SECONDS = 400  # the log server's bound: the fixture stops it when done
 SCHEMA = 3
 # The finite log: 3 workloads, 10 simulated minutes at one unit a second each (~1,600 units).
 LOG = (11, 3, 600, 1.0)
@@ -66,10 +66,8 @@ def proms() -> Iterator[tuple[Prom, Prom]]:
         _config(configs["text"], targets, [])
         try:
             quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-            procs.append(subprocess.Popen(
-                [sys.executable, "-c", DEMO, str(TIME_SCALE), "--listen",
-                 f"127.0.0.1:{demo_port}", "--duration", str(RUN_SECONDS), "--rate", "1",
-                 "--native-histogram-schema", str(SCHEMA)], cwd=ROOT, env=env, **quiet))
+            procs.append(start_demo(TIME_SCALE, f"127.0.0.1:{demo_port}", "--rate", "1",
+                                    "--native-histogram-schema", str(SCHEMA)))
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "tests.logserver", *map(str, LOG), str(RUN_SECONDS),
                  "--listen", f"127.0.0.1:{logs_port}", "--native-histogram-schema", str(SCHEMA)],

@@ -13,10 +13,8 @@ read them back.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.parse
@@ -31,21 +29,12 @@ from alerts import alerting, recording, render
 from alerts.config import DEFAULT_CONFIG
 from exporter.sinks.metrics.exposition import OPENMETRICS_TYPE
 from tests.components import VICTORIA_METRICS, VMALERT, require_cached, stop_process
+from tests.dashqueries import classic_boards, query_failures, start_demo
 from tests.promapi import Prom, get, ok, wait
 from tests.serving import free_port
-from tests.test_prometheus_integration import (
-    ABSENT_IN_DEMO,
-    DASHBOARDS,
-    DEMO,
-    _substitute,
-    _targets,
-    _variable_values,
-)
-from tools import promql
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_SCALE = 5.0
-DEMO_SECONDS = 600  # an upper bound: the fixture stops it
 # job -> the Accept header it sends (VictoriaMetrics' own when None).
 JOBS = {"text": None, "openmetrics": "application/openmetrics-text;version=1.0.0"}
 
@@ -56,13 +45,13 @@ class Stack:
     vmalert: str
     logs: list[Path]
     since: int  # victoria-metrics' log length once both jobs were up: before, start-up
+    demo: subprocess.Popen[bytes]
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     vm_bin, vmalert_bin = require_cached(VICTORIA_METRICS), require_cached(VMALERT)
     demo_port, vm_port, alert_port = free_port(), free_port(), free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="zaroz-vm-") as tmp_dir:
         tmp = Path(tmp_dir)
@@ -80,10 +69,8 @@ def stack() -> Iterator[Stack]:
             "global": {"scrape_interval": "5s", "scrape_timeout": "5s"},
             "scrape_configs": jobs}))
         logs = [tmp / "vm.log", tmp / "vmalert.log"]
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", DEMO, str(TIME_SCALE), "--listen", f"127.0.0.1:{demo_port}",
-             "--duration", str(DEMO_SECONDS), "--rate", "1", "--history", "30"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        demo = start_demo(TIME_SCALE, f"127.0.0.1:{demo_port}", "--rate", "1", "--history", "30")
+        procs.append(demo)
         vm = f"http://127.0.0.1:{vm_port}"
         procs.append(subprocess.Popen(
             [vm_bin, f"-httpListenAddr=127.0.0.1:{vm_port}", f"-storageDataPath={tmp}/vm",
@@ -114,7 +101,7 @@ def stack() -> Iterator[Stack]:
             while time.monotonic() < deadline and not all(
                     p.result(f'{n}{{cluster="text"}}') for n in names):
                 time.sleep(2)
-            yield Stack(p, alert, logs, since)
+            yield Stack(p, alert, logs, since, demo)
         finally:
             for proc in reversed(procs):
                 stop_process(proc)
@@ -155,29 +142,8 @@ def test_openmetrics_exemplars_are_offered_and_read_without_error(stack: Stack) 
     assert stack.vm.result('zaroz_unit_ready_seconds_bucket{cluster="openmetrics"}')
 
 
-def _failures(p: Prom, boards: dict[str, dict[str, Any]], cluster: str
-              ) -> tuple[int, list[tuple[str, str, str, Any]]]:
-    failures, count = [], 0
-    for name, dash in boards.items():
-        values = {**_variable_values(p, dash), "cluster": cluster}
-        for title, raw in _targets(dash):
-            count += 1
-            expr = _substitute(raw, values)
-            body = p.query(expr)
-            if body.get("status") != "success":
-                failures.append((name, title, expr, body.get("error")))
-            elif (not body["data"]["result"]
-                  and not promql.metric_names(expr) <= ABSENT_IN_DEMO):
-                failures.append((name, title, expr, "no data"))
-    return count, failures
-
-
 def test_every_dashboard_query_runs_with_data(stack: Stack) -> None:
-    boards = {}
-    for f in sorted(DASHBOARDS.glob("*.json")):
-        dash = json.loads(f.read_text())
-        boards[f.name] = dash.get("dashboard", dash)
-    count, failures = _failures(stack.vm, boards, "text")
+    count, failures = query_failures(stack.vm, classic_boards(), "text", demo=stack.demo)
     assert count > 50
     assert not failures, "\n".join(map(str, failures))
 
