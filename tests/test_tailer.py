@@ -477,3 +477,44 @@ async def test_a_page_waits_for_the_gate_before_it_is_applied():
     await until(lambda: t.caught_up)
     await t.stop()
     assert wl.applied_through == 3 and asked[0] == 0
+
+
+async def test_tailers_catching_up_have_a_bounded_number_of_requests_in_flight():
+    """After a restart every tailer's first requests at once would be one connection each to
+    the route, more than its listen backlog holds; until a tailer catches up its requests take
+    one of the supervisor's slots (32), and readiness still waits for every tailer."""
+    in_flight = [0]  # every request
+    first = [0]  # those with wait=0: a tailer not caught up yet
+    most = [0]
+    asked: dict[str, list[float]] = {}
+
+    class Counting:
+        async def events(self, workload: str, after: int, limit: int, wait: float) -> Page:
+            asked.setdefault(workload, []).append(wait)
+            in_flight[0] += 1
+            if wait > 0:  # a caught-up tailer's long poll: held (takes no slot)
+                try:
+                    await asyncio.sleep(wait)
+                    return Page([], after)
+                finally:
+                    in_flight[0] -= 1
+            first[0] += 1
+            most[0] = max(most[0], first[0])
+            try:
+                await asyncio.sleep(0.01)
+                return Page(envelopes(2)[after:], 2)
+            finally:
+                in_flight[0] -= 1
+                first[0] -= 1
+
+    registry = Registry()
+    names = [f"wl-{i}" for i in range(100)]
+    sup = TailSupervisor(Counting(), Pipeline(registry), RouteMetrics(registry),  # type: ignore[arg-type]
+                         names, backoff_factory=fast_backoff, wait=30, idle_delay=0.01)
+    await sup.start()
+    await until(sup.ready)
+    await until(lambda: in_flight[0] == 100)  # every long poll held at once: they take no slot
+    await sup.stop()
+    assert most[0] == 32  # first pages in flight at once: the slots, all used
+    assert all(sup.pipeline.logs[w].applied_through == 2 for w in names)
+    assert all(asked[w][-1] == 30 for w in names)

@@ -16,6 +16,15 @@ the last one started, and that request collects what arrived meanwhile in one pa
 latency added on purpose (an event is applied up to `poll_interval` later), never applied to a
 backfill (fetch_now() cuts the pause short), to a tailer that is behind (a full page, or a head
 ahead of what was applied: asked again at once) nor to shutdown (the pause is cancelled).
+
+Catching up (`catch_up`): until a tailer first catches up, each of its requests takes one of
+a bounded number of slots the supervisor shares among its tailers (`CATCH_UP_REQUESTS`). After a
+restart 1,000 tailers would otherwise open 1,000 connections to the route at once: more than a
+listen backlog holds (aiohttp's 128), so the route's kernel drops the rest and their clients
+send their SYN again a whole second later, or a slow route times them all out together. In
+slots, each first page is answered at once and the next tailer's goes. Readiness is unchanged:
+every tailer still has to catch up. Long polls and backfills of a tailer that caught up take no
+slot (a long poll would hold one for its whole wait).
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ from exporter.sources.route import CursorExpired, RouteClient
 from exporter.sources.tasks import cancel
 
 log = logging.getLogger(__name__)
+
+# Requests in flight at once of tailers that have not caught up yet (per supervisor).
+CATCH_UP_REQUESTS = 32
 
 SOURCE = "route"  # the model's name for what the tailer offers (its ranges give the cursor)
 Sleep = Callable[[float], Awaitable[Any]]
@@ -86,10 +98,12 @@ class Tailer:
         monotonic: Callable[[], float] = time.monotonic,
         start_cursor: Callable[[], Awaitable[int]] | None = None,
         gate: Callable[[], Awaitable[None] | None] | None = None,
+        catch_up: asyncio.Semaphore | None = None,
     ) -> None:
         """`gate`: asked before each page is applied; an awaitable it returns is awaited first
         (the group commit lets a scrape whose checkpoint was just written resume ahead of the
-        pages queued on the loop)."""
+        pages queued on the loop). `catch_up`: the slots every request (and the start cursor's)
+        takes until the tailer first catches up."""
         self.client = client
         self.workload = workload
         self.log = log
@@ -121,6 +135,7 @@ class Tailer:
         # The long poll or pause fetch_now() may cut short (a task of its own), if one runs.
         self._cuttable: asyncio.Future[Any] | None = None
         self.gate = gate
+        self.catch_up = catch_up
 
     @property
     def cursor(self) -> int:
@@ -183,7 +198,7 @@ class Tailer:
         """Resolve the start cursor (retried until it succeeds) and move a fresh log there."""
         while True:
             try:
-                cursor = await start_cursor()
+                cursor = await self._in_slot(start_cursor())
                 break
             except asyncio.CancelledError:
                 raise
@@ -229,7 +244,7 @@ class Tailer:
                     return 0.0  # fetch_now(): ask again at once, without waiting
                 page = got
             else:
-                page = await self.client.events(w, after, self.limit, wait)
+                page = await self._in_slot(self.client.events(w, after, self.limit, wait))
         except CursorExpired as e:
             self._count(e.result)
             return self._expired(after, e.oldest_seq)
@@ -248,6 +263,14 @@ class Tailer:
             # Caught up, short page: let the next page gather what arrives meanwhile.
             return max(delay, self.poll_interval - took)
         return delay
+
+    async def _in_slot(self, step: Awaitable[T]) -> T:
+        """`step`, in a catch-up slot while the tailer has not caught up."""
+        slots = self.catch_up
+        if slots is None or self.caught_up:
+            return await step
+        async with slots:
+            return await step
 
     def _count(self, result: str) -> None:
         self.metrics.request(self.workload, result)
@@ -331,8 +354,11 @@ class TailSupervisor:
         log_interval: float = 60.0,
         start_cursor: Callable[[str], Awaitable[int]] | None = None,
         owns: Callable[[str], bool] | None = None,
+        catch_up_requests: int = CATCH_UP_REQUESTS,
         **tailer_options: Any,
     ) -> None:
+        """`catch_up_requests`: how many requests of tailers not caught up yet are in flight at
+        once (0: no bound)."""
         self.client = client
         self.owns = owns or (lambda _: True)  # this shard's workloads (exporter.model.sharding)
         self.pipeline = pipeline
@@ -341,6 +367,7 @@ class TailSupervisor:
         self.discovery_interval = discovery_interval
         self.backoff_factory = backoff_factory
         self.tailer_options = tailer_options
+        self.catch_up = asyncio.Semaphore(catch_up_requests) if catch_up_requests > 0 else None
         self.tailers: dict[str, Tailer] = {}
         self.discovered = False  # a workload list is known: given (at start) or listed once
         self._discovery_task: asyncio.Task[None] | None = None
@@ -370,7 +397,8 @@ class TailSupervisor:
             start_cursor = functools.partial(self.start_cursor, w)
         t = self.tailers[w] = Tailer(
             self.client, w, self.pipeline.workload(w), self.metrics,
-            backoff=self.backoff_factory(), start_cursor=start_cursor, **self.tailer_options,
+            backoff=self.backoff_factory(), start_cursor=start_cursor, catch_up=self.catch_up,
+            **self.tailer_options,
         )
         t.start()
         return t
