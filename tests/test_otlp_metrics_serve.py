@@ -217,3 +217,45 @@ async def test_exemplars_carry_the_trace_and_span_ids_of_the_exported_spans():
         rx.close()
         traces.stop()
         await route.stop()
+
+
+async def test_a_sigterm_before_the_next_interval_sends_the_final_totals(tmp_path: Path):
+    """An interval of an hour: nothing is sent until the SIGTERM, whose final export (after
+    the last save) carries every still counter as the last scrape served it."""
+    logs, _ = finite_logs(seed=13, workloads=2, seconds=200, rate=0.8)
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    base = await route.start()
+    feed = Feed(route, logs)
+    rx = MetricsReceiver().start()
+    serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
+                  "--wait", "1", "--backoff-max", "0.2", "--state-dir", str(tmp_path / "s"),
+                  "--otlp-metrics-endpoint", rx.endpoint, "--otlp-metrics-interval", "3600")
+    try:
+        feed.to(1.0)
+        await serve.start()
+        from tests.simlogs import parse
+
+        async with aiohttp.ClientSession() as s:
+            async def applied() -> bool:
+                got = await scrape(serve.url, s)
+                return bool(got) and all(
+                    value(got, "zaroz_events_last_seq", workload=w) == n
+                    for w, n in feed.fed.items())
+            for _ in range(300):
+                if await applied():
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the events were not applied")
+        final = {k: v for k, v in parse((await _get(serve.url)).decode()).items()
+                 if k[0] in COUNTERS.values()}
+        assert final and rx.requests == 0
+        await serve.terminate()
+        assert serve.proc is not None and serve.proc.returncode == 0
+        got = received_totals(rx)
+        missing = {k: v for k, v in final.items() if got.get(k) != v}
+        assert not missing, f"final totals not received: {list(missing.items())[:5]}"
+    finally:
+        await serve.kill()
+        rx.close()
+        await route.stop()
