@@ -57,7 +57,7 @@ def decode(body: bytes) -> list[Point]:
                     if kind == "histogram":
                         detail["bounds"] = list(p.explicit_bounds)
                         detail["counts"] = list(p.bucket_counts)
-                        detail["exemplars"] = [(e.trace_id.hex(), e.as_double)
+                        detail["exemplars"] = [(e.trace_id.hex(), e.span_id.hex(), e.as_double)
                                                for e in p.exemplars]
                     if kind == "exponential_histogram":
                         detail.update(scale=p.scale, zero_count=p.zero_count,

@@ -1,4 +1,5 @@
-"""Exemplars on the headline histograms: OpenMetrics only, the unit's trace id, the event time."""
+"""Exemplars on the headline histograms: OpenMetrics only, the unit's trace id and the id of the
+span measured, the event time."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.model.traceids import trace_hex
+from exporter.model.traceids import span_id_of, trace_hex
 from exporter.sinks.metrics.exposition import render_bytes
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.wiring.events import Pipeline
@@ -51,7 +52,7 @@ def exemplars(text: str) -> dict[str, list[tuple[dict, float, dict, float | None
 
 
 def test_openmetrics_carries_the_units_trace_id_as_exemplars():
-    p, _ = applied()
+    p, log = applied()
     text = render_bytes(p.registry, openmetrics=True).decode()
     ex = exemplars(text)
     ready = ex["zaroz_unit_ready_seconds"]
@@ -63,7 +64,10 @@ def test_openmetrics_carries_the_units_trace_id_as_exemplars():
     assert '1772366401.250000007' in text
     assert abs(u1[3] - parse_rfc3339_ns("2026-03-01T12:00:01.250000007Z") / 1e9) < 1e-6
     (ack,) = ex["zaroz_unit_allocation_ack_seconds"]
-    assert ack[0]["le"] == "0.05" and ack[1] == {"trace_id": trace_hex(WL, "u1")}
+    allocated_at = log.events[2]["occurred_at"]
+    assert ack[0]["le"] == "0.05" and ack[1] == {
+        "trace_id": trace_hex(WL, "u1"),
+        "span_id": f"{span_id_of(WL, 'u1', 'allocation', allocated_at):016x}"}
     assert abs(ack[2] - 0.03) < 1e-12
     (drain,) = ex["zaroz_unit_drain_seconds"]
     assert drain[0]["reason"] == "replace" and drain[0]["le"] == "2" and drain[2] == 1.5

@@ -17,6 +17,7 @@ from exporter import catalog
 from exporter.sinks.metrics.otlp.names import otel_name
 from tests import pbdecode
 from tests.otlp_metrics_receiver import MetricsReceiver, Point
+from tests.otlp_receiver import OtlpReceiver
 from tests.serving import Feed, Serve, scrape
 from tests.simlogs import finite_logs, value
 from tests.waiting import until
@@ -166,6 +167,94 @@ async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path,
                 assert sorted(buckets.values()) == sorted(expected.values()), mf.name
                 compared += 1
         assert compared
+    finally:
+        await serve.kill()
+        rx.close()
+        await route.stop()
+
+
+SPAN_OF = {"zaroz_unit_ready_seconds": "starting",
+           "zaroz_unit_allocation_ack_seconds": "allocation",
+           "zaroz_unit_drain_seconds": "draining"}
+
+
+async def test_exemplars_carry_the_trace_and_span_ids_of_the_exported_spans():
+    """Through the real `serve`, traces and metrics both over OTLP: every exemplar's trace_id
+    and span_id (8 bytes) are those of a span the trace receiver got, of the kind the
+    histogram measures."""
+    logs, _ = finite_logs(seed=9, workloads=2, seconds=200, rate=0.8)
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    base = await route.start()
+    feed = Feed(route, logs)
+    rx = MetricsReceiver().start()
+    traces = OtlpReceiver().start()
+    serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
+                  "--wait", "1", "--backoff-max", "0.2", "--kube", "off",
+                  "--otlp-endpoint", traces.endpoint, "--otlp-metrics-endpoint", rx.endpoint,
+                  "--otlp-metrics-interval", "0.2")
+    try:
+        feed.to(1.0)
+        await serve.start()
+
+        def exemplars() -> dict[tuple[str, str], str]:
+            out = {}
+            for (kind, name, _), p in rx.latest().items():
+                if kind == "histogram" and HISTOGRAMS.get(name) in SPAN_OF:
+                    for trace, span, _ in p.detail["exemplars"]:
+                        out[(trace, span)] = SPAN_OF[HISTOGRAMS[name]]
+            return out
+
+        def named() -> bool:
+            got = exemplars()
+            spans = {(s.trace_id, s.span_id): s.name for s in traces.spans}
+            return set(got.values()) == set(SPAN_OF.values()) and all(
+                spans.get(k) == kind for k, kind in got.items())
+
+        await until(named, timeout=30)
+        assert all(len(bytes.fromhex(span)) == 8 for _, span in exemplars())
+    finally:
+        await serve.kill()
+        rx.close()
+        traces.stop()
+        await route.stop()
+
+
+async def test_a_sigterm_before_the_next_interval_sends_the_final_totals(tmp_path: Path):
+    """An interval of an hour: nothing is sent until the SIGTERM, whose final export (after
+    the last save) carries every still counter as the last scrape served it."""
+    logs, _ = finite_logs(seed=13, workloads=2, seconds=200, rate=0.8)
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    base = await route.start()
+    feed = Feed(route, logs)
+    rx = MetricsReceiver().start()
+    serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
+                  "--wait", "1", "--backoff-max", "0.2", "--state-dir", str(tmp_path / "s"),
+                  "--otlp-metrics-endpoint", rx.endpoint, "--otlp-metrics-interval", "3600")
+    try:
+        feed.to(1.0)
+        await serve.start()
+        from tests.simlogs import parse
+
+        async with aiohttp.ClientSession() as s:
+            async def applied() -> bool:
+                got = await scrape(serve.url, s)
+                return bool(got) and all(
+                    value(got, "zaroz_events_last_seq", workload=w) == n
+                    for w, n in feed.fed.items())
+            for _ in range(300):
+                if await applied():
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the events were not applied")
+        final = {k: v for k, v in parse((await _get(serve.url)).decode()).items()
+                 if k[0] in COUNTERS.values()}
+        assert final and rx.requests == 0
+        await serve.terminate()
+        assert serve.proc is not None and serve.proc.returncode == 0
+        got = received_totals(rx)
+        missing = {k: v for k, v in final.items() if got.get(k) != v}
+        assert not missing, f"final totals not received: {list(missing.items())[:5]}"
     finally:
         await serve.kill()
         rx.close()

@@ -283,7 +283,8 @@ selection as a scrape are pushed every interval, cumulative, mapped on purpose:
   `--native-histogram-schema off`) an **ExponentialHistogram** of the same name: the schema is
   the scale, the zero bucket is kept with its threshold, Prometheus' bucket i,
   (base^(i-1), base^i], is OTLP's bucket i-1;
-- exemplars keep their trace id (`trace_id`), value and time;
+- exemplars keep their trace and span ids (the `trace_id` and `span_id` labels as
+  `Exemplar.trace_id` and `.span_id`), value and time;
 - every Sum, Histogram and ExponentialHistogram point carries its series' start time, stored in
   the checkpoint: the same across restarts and pod replacements on the same state, a new one
   for a series made again or a state lost;

@@ -10,6 +10,10 @@ Cumulative data needs no queue: an export that fails (a receiver down, 429 or 50
 client's retries, a timeout) is counted and logged, and the next one carries every total again,
 so nothing is lost and memory holds one export at most. A request refused as too large (413)
 is split in two and each half sent, down to single points.
+
+At shutdown (SIGTERM), once the last checkpoint is saved, a final export sends the totals
+applied since the last interval (`final`): through the same commit wait, so it too carries only
+durable values, after the one in flight if any, within `FINAL_EXPORT_S`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from exporter.wiring.state.checkpoint import BeginsSaves, CheckpointError, rende
 log = logging.getLogger("exporter.otlp_metrics")
 TOO_LARGE = 413
 RESULTS = ("success", "failure", "checkpoint_failed")
+FINAL_EXPORT_S = 10.0  # the final export's bound: a receiver away never holds a shutdown longer
 
 
 def interval_from_env(environ: Mapping[str, str]) -> float:
@@ -102,6 +107,9 @@ class MetricsExport:
             n for n in registry.families if n.startswith("zaroz_exporter_otlp_metrics_"))
         self._catalog = frozenset(registry.families)
         self._failing = False
+        # The worker thread's send in flight (one at most: an export cancelled at shutdown
+        # leaves it running, and the final export waits for it).
+        self._inflight: asyncio.Future[tuple[bool, int, str]] | None = None
 
     async def run(self) -> None:
         while True:
@@ -124,7 +132,10 @@ class MetricsExport:
         start_of = encode.starts_of(s.snapshot(), s.epoch, s.process_start, self._restarting,
                                      self._catalog)
         now = time.time_ns()
-        ok, points, error = await asyncio.to_thread(self._send, chunks, start_of, now)
+        loop = asyncio.get_running_loop()
+        self._inflight = loop.run_in_executor(None, self._send, chunks, start_of, now)
+        del chunks  # the thread holds the one export in memory
+        ok, points, error = await asyncio.shield(self._inflight)
         self._points.set(points)
         if ok:
             self._count["success"].inc()
@@ -166,6 +177,20 @@ class MetricsExport:
                 bad = [why for good, why in results if not good]
                 return not bad, bad[0] if bad else ""
         return False, sent.error or f"HTTP {sent.status}"
+
+    async def final(self, timeout: float = FINAL_EXPORT_S) -> bool:
+        """The export at shutdown, after the last save: every total applied, sent once the
+        export in flight (if any) is done; False when it failed or took over `timeout`."""
+        try:
+            async with asyncio.timeout(timeout):
+                if self._inflight is not None and not self._inflight.done():
+                    await asyncio.shield(self._inflight)
+                return await self.export()
+        except TimeoutError:
+            log.warning("final metrics export not done in time; the receiver has the totals "
+                        "of the last export accepted", extra={
+                            "endpoint": self.transport.endpoint, "timeout_s": timeout})
+            return False
 
     def shutdown(self) -> None:
         self.transport.shutdown()

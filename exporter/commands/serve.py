@@ -337,6 +337,11 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         running.webhook_url = await _listen(opened, webhook_app, "--webhook-listen",
                                             config.webhook_listen, config.webhook_security)
     running_box.append(running)
+    export = _metrics_export(config, pipeline, checkpointer, commits,
+                             lambda: running_box[0].held())
+    if export is not None:  # after the last save: its final export, then its client closed
+        opened.push_async_callback(asyncio.to_thread, export.shutdown)
+        opened.push_async_callback(export.final)
     # The last save runs once the sources have stopped. Registered only now: a start that
     # failed before this point (a checkpoint it could not read, a port lost) writes nothing.
     opened.callback(running.save)
@@ -349,10 +354,7 @@ async def _start(config: ServeConfig, opened: contextlib.AsyncExitStack) -> Runn
         "expire": functools.partial(_expire_loop, running, config.unit_expiry_interval,
                                     config.workload_retention),
         "collector": functools.partial(_collector_loop, running, STEP_S)}
-    export = _metrics_export(config, pipeline, checkpointer, commits,
-                             lambda: running_box[0].held())
     if export is not None:
-        opened.push_async_callback(asyncio.to_thread, export.shutdown)
         loops["otlp_metrics"] = export.run
     if checkpointer is not None and config.checkpoint_interval > 0:
         loops["checkpoint"] = functools.partial(_checkpoint_loop, running,

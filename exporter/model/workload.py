@@ -341,6 +341,12 @@ class WorkloadLog:
             "units": {uid: u.snapshot() for uid, u in self.units.items()},
         }
 
+    def span_of(self, unit_id: str, kind: str) -> str | None:
+        """The discriminator of the unit's latest span of `kind` (`Unit.span_of`): what an
+        observer reporting a measurement of that unit asks, to name its span."""
+        u = self.units.get(unit_id)
+        return None if u is None else u.span_of(kind)
+
     def head(self) -> dict[str, Any]:
         """The snapshot without its units and pending events: what an incremental checkpoint
         writes for a log that moved (the rest goes row by row, `take_units`, `take_pending`)."""

@@ -68,6 +68,9 @@ class Pipeline:
             bind = getattr(obs, "bind_clock", None)
             if bind is not None:  # exemplars are stamped with the event being applied
                 bind(lambda: log.last_at)
+            bind_spans = getattr(obs, "bind_spans", None)
+            if bind_spans is not None:  # and name the span each measurement is
+                bind_spans(log.span_of)
             if self.traces is not None:
                 log.tap = self.traces.builder(name)
             log.rejected = lambda seq, field, value: self._out_of_range(name, seq, field, value)

@@ -19,9 +19,14 @@ import re
 import struct
 
 from exporter.catalog import Kind, Metric
-from exporter.model.traceids import trace_hex
 from exporter.sinks.metrics.native import ZERO_THRESHOLD
-from exporter.sinks.metrics.series import HistogramSeries, Series, exemplar_time
+from exporter.sinks.metrics.series import (
+    Exemplar,
+    HistogramSeries,
+    Series,
+    exemplar_labels,
+    exemplar_time,
+)
 from exporter.sinks.varint import SMALL, VARINTS, varint
 
 PROTOBUF_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
@@ -76,9 +81,10 @@ def scalar_metric(kind: Kind, labels: bytes, v: float) -> bytes:
     return field(0x22, labels + _value(0x1A if kind is Kind.COUNTER else 0x12, v))
 
 
-def _exemplar(e: tuple[str, str, int, str]) -> bytes:
-    w, uid, ns, at = e
-    msg = field(0x0A, field(0x0A, b"trace_id") + field(0x12, trace_hex(w, uid).encode()))
+def _exemplar(e: Exemplar) -> bytes:
+    ns, at = e[2], e[3]
+    msg = b"".join([field(0x0A, field(0x0A, k.encode()) + field(0x12, v.encode()))
+                    for k, v in exemplar_labels(e)])
     msg += b"\x11" + _pack_double(ns / 1e9)
     if at and (t := exemplar_time(at)) is not None:
         s, frac = t

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from exporter.catalog import Metric
-from exporter.model.traceids import trace_hex
+from exporter.model.traceids import span_id_of, trace_hex
 from exporter.sinks.metrics.native import NativeBuckets, NativeConfig
 from exporter.timestamps import parse_rfc3339_ns
 
@@ -162,6 +162,22 @@ def exemplar_time(at: str) -> tuple[int, int] | None:
         return None
 
 
+# A bucket's exemplar: (workload, unit id, ns, occurred_at, span kind, span discriminator or
+# None when the span is not known).
+Exemplar = tuple[str, str, int, str, str, str | None]
+
+
+def exemplar_labels(e: Exemplar) -> list[tuple[str, str]]:
+    """An exemplar's labels, as OpenMetrics and OpenTelemetry name them: `trace_id` (32 hex
+    digits) and, when its span is known, `span_id` (16): 63 characters, within OpenMetrics'
+    128 for an exemplar's label set."""
+    w, uid, _, _, kind, disc = e
+    out = [("trace_id", trace_hex(w, uid))]
+    if disc is not None:
+        out.append(("span_id", f"{span_id_of(w, uid, kind, disc):016x}"))
+    return out
+
+
 def exemplar_timestamp(at: str) -> str:
     """`exemplar_time` as OpenMetrics text: seconds with 9 fraction digits ("" if unusable)."""
     t = exemplar_time(at)
@@ -171,10 +187,10 @@ def exemplar_timestamp(at: str) -> str:
 class HistogramSeries:
     """A histogram kept in integer nanoseconds, so sums are exact and bucket edges inclusive.
 
-    Exemplars: each bucket keeps its latest observation's unit (as `trace_id`, the unit's trace,
-    see `model.traceids`), value and event time. They are rendered into `om_line` only: the
-    text format 0.0.4 has no exemplars and its parsers reject them. The trace id is hashed at
-    render time, so an observation costs a tuple store.
+    Exemplars: each bucket keeps its latest observation's unit and span (as `trace_id` and
+    `span_id`, see `model.traceids`), value and event time. They are rendered into `om_line`
+    only: the text format 0.0.4 has no exemplars and its parsers reject them. The ids are
+    hashed at render time, so an observation costs a tuple store.
     """
 
     __slots__ = (
@@ -198,8 +214,8 @@ class HistogramSeries:
         self.prefixes.append(f"{m.name}_count{label_block(m.labels, values)} ")
         self.line: bytes | None = None
         self.om_line: bytes | None = None
-        # Per bucket: (workload, unit id, ns, occurred_at) of its latest exemplar, or None.
-        self.ex: list[tuple[str, str, int, str] | None] | None = None
+        # Per bucket: its latest exemplar, or None.
+        self.ex: list[Exemplar | None] | None = None
         # Native buckets beside the classic ones (protobuf exposition only; see native.py).
         self.native = NativeBuckets(family.native) if family.native is not None else None
         self.values = values
@@ -207,13 +223,16 @@ class HistogramSeries:
         self.kept = False  # as Series.kept
         _unsaved(self)
 
-    def observe_exemplar(self, ns: int, workload: str, unit_id: str, at: str) -> None:
-        """`observe_ns`, keeping the unit as the bucket's exemplar (`at`: its occurred_at)."""
+    def observe_exemplar(self, ns: int, workload: str, unit_id: str, at: str, kind: str = "",
+                         span: str | None = None) -> None:
+        """`observe_ns`, keeping the unit as the bucket's exemplar (`at`: its occurred_at;
+        `kind` and `span`: the span the observation measures, its kind and discriminator as
+        in `model.traceids.span_id_of`; None: unknown)."""
         i = self.observe_ns(ns)
         ex = self.ex
         if ex is None:
             ex = self.ex = [None] * len(self.counts)
-        ex[i] = (workload, unit_id, ns, at)
+        ex[i] = (workload, unit_id, ns, at, kind, span)
 
     def observe_ns(self, ns: int) -> int:
         """Returns the bucket the observation fell in."""
@@ -279,9 +298,10 @@ class HistogramSeries:
                 if e is None:
                     om.append(line)
                 else:
-                    w, uid, ns, at = e
+                    labels = ",".join([f'{k}="{v}"' for k, v in exemplar_labels(e)])
+                    ns, at = e[2], e[3]
                     om.append(
-                        f'{line[:-1]} # {{trace_id="{trace_hex(w, uid)}"}} '
+                        f"{line[:-1]} # {{{labels}}} "
                         f"{format_value(ns / 1e9)}{exemplar_timestamp(at) if at else ''}\n"
                     )
             om.append(tail)

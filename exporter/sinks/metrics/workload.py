@@ -3,10 +3,11 @@
 Series are resolved once per workload (or per label value on first use), so an observation is an
 attribute access and an increment.
 
-The headline histograms carry exemplars (OpenMetrics only): the unit's trace id, the duration
-and the occurred_at of the event that ended it. Always, traces on or off: trace ids are derived
-from the unit id (`model.traceids`), so an exemplar is valid before its trace exists, and a
-`replay --otlp-endpoint` of the same log later exports exactly the trace it names.
+The headline histograms carry exemplars (OpenMetrics only): the unit's trace id, the id of the
+span the duration is (`starting`, `allocation`, `draining`), the duration and the occurred_at
+of the event that ended it. Always, traces on or off: trace and span ids are derived from the
+unit id and the event log (`model.traceids`), so an exemplar is valid before its trace exists,
+and a `replay --otlp-endpoint` of the same log later exports exactly the spans it names.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def _no_clock() -> str:
     return ""
 
 
+def _no_span(unit_id: str, kind: str) -> str | None:
+    return None
+
+
 class WorkloadMetrics:
     """Implements model.observations.Observer for one workload."""
 
@@ -53,6 +58,7 @@ class WorkloadMetrics:
         r = registry
         self.workload = w
         self._at: Callable[[], str] = _no_clock
+        self._span: Callable[[str, str], str | None] = _no_span
         self._events = r.counter("zaroz_events_total")
         self._event_series: dict[str, CounterSeries] = {}
         self._dup = r.counter("zaroz_events_duplicate_total")
@@ -98,6 +104,11 @@ class WorkloadMetrics:
         the pipeline binds it to its WorkloadLog, since the Observer calls carry no time."""
         self._at = at
 
+    def bind_spans(self, span_of: Callable[[str, str], str | None]) -> None:
+        """`span_of(unit id, kind)`: the discriminator of the span a measurement of the unit
+        is (`WorkloadLog.span_of`), asked as the model reports it."""
+        self._span = span_of
+
     def applied(self, type_label: str, seq: int) -> None:
         s = self._event_series.get(type_label)
         if s is None:
@@ -123,7 +134,8 @@ class WorkloadMetrics:
         self._skew.labels(self.workload, measurement).inc()
 
     def ready(self, unit_id: str, ns: int) -> None:
-        self._ready.observe_exemplar(ns, self.workload, unit_id, self._at())
+        self._ready.observe_exemplar(ns, self.workload, unit_id, self._at(), "starting",
+                                     self._span(unit_id, "starting"))
 
     def startup(self, unit_id: str, outcome: str) -> None:
         self._startups[outcome].inc()
@@ -131,11 +143,12 @@ class WorkloadMetrics:
     def allocation(self, unit_id: str, outcome: str, ack_ns: int | None) -> None:
         self._allocs[outcome].inc()
         if ack_ns is not None:
-            self._ack.observe_exemplar(ack_ns, self.workload, unit_id, self._at())
+            self._ack.observe_exemplar(ack_ns, self.workload, unit_id, self._at(), "allocation",
+                                       self._span(unit_id, "allocation"))
 
     def drain(self, unit_id: str, reason: str, ns: int) -> None:
         self._drain.labels(self.workload, reason).observe_exemplar(
-            ns, self.workload, unit_id, self._at()
+            ns, self.workload, unit_id, self._at(), "draining", self._span(unit_id, "draining")
         )
 
     def exited(self, unit_id: str, code: int, restarted: bool) -> None:

@@ -506,8 +506,8 @@ def assemble(version: int, meta: dict[str, Any], workload_rows: Iterable[Sequenc
             entry["cursor"], entry["log"] = row["next"] - 1, row
             workloads[name] = entry
     logs = {w: e["log"] for w, e in workloads.items()}
-    for w, uid, c, r, s, a, d, why, last in units:
-        logs[w]["units"][uid] = [c, bool(r), bool(s), a, d, why, last]
+    for w, uid, c, r, s, a, d, why, last, *ended in units:  # ended: Unit.snapshot's last two
+        logs[w]["units"][uid] = [c, bool(r), bool(s), a, d, why, last, *ended]
     for w, seq, ev in pending:
         logs[w]["pending"].append([seq, None if ev is None else loads(ev)])
     state: dict[str, Any] = {

@@ -4,7 +4,8 @@ Counters are monotonic cumulative Sums, gauges and info samples Gauges, a histog
 buckets a Histogram with explicit bounds and its native buckets (when on) an
 ExponentialHistogram of the same name: Prometheus' schema is OTLP's scale, and Prometheus'
 bucket i, (base^(i-1), base^i], is OTLP's bucket i-1, (base^(i-1), base^i]. Exemplars keep
-their trace id. Each cumulative point carries its series' start time (starts.py); gauges none.
+their trace and span ids (the exposition's `trace_id` and `span_id` labels). Each cumulative
+point carries its series' start time (starts.py); gauges none.
 
 Sums and gauges, nearly every point at 100k units, are written to the wire by hand:
 opentelemetry-proto's generated messages (upb) cost ~100 µs a point here (a KeyValue and an
@@ -133,6 +134,8 @@ def _exemplar(e: Any, out: Any) -> None:
     for lp in e.label:
         if lp.name == "trace_id" and len(lp.value) == 32:
             x.trace_id = bytes.fromhex(lp.value)
+        elif lp.name == "span_id" and len(lp.value) == 16:
+            x.span_id = bytes.fromhex(lp.value)
         else:
             x.filtered_attributes.add(key=lp.name, value=AnyValue(string_value=lp.value))
 
