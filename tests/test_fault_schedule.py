@@ -22,6 +22,11 @@ from bench.faults.schedule import Kind, by_kind, draw
 CASES = {  # (seed, kinds, faults a second, minutes)
     "starts on a full disk": (5, frozenset({Kind.DISK_FULL_KILL}), 0.3, 0.3),
     "every kind": (108, None, 0.5, 0.4),
+    # The cluster's faults: the CRD deleted and re-created, UnitSignals changed while their
+    # exporter is killed, watches expired (410), with kills and a reshard; the UnitSignals'
+    # state gauges equal to the emulator's objects, each on the shard of its workload.
+    "kube faults": (1, frozenset({Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410,
+                                  Kind.SIGKILL, Kind.RESHARD}), 0.6, 0.4),
 }
 
 

@@ -93,8 +93,10 @@ class Slot:
 class Fleet:
     def __init__(self, root: Path, route_url: str, slots: int, shards: int, *,
                  disk_size: str | None, extra: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, kube_url: str | None = None) -> None:
         self.route_url = route_url
+        # UnitSignals from the API server at kube_url (the emulator), or none
+        self.kube = ("--kube", "on", "--kube-api-url", kube_url) if kube_url else ("--kube", "off")
         self.slots = [Slot(i, root, disk_size) for i in range(slots)]
         self.shards = shards  # the shard count now; slots[:shards] are the fleet
         self.extra = extra
@@ -114,7 +116,7 @@ class Fleet:
     async def _spawn(self, slot: Slot) -> None:
         slot.state_dir.mkdir(parents=True, exist_ok=True)
         args = ["serve", "--listen", f"127.0.0.1:{slot.port}", "--events-url", self.route_url,
-                "--kube", "off", "--log-level", "warning", "--wait", "1",
+                *self.kube, "--log-level", "warning", "--wait", "1",
                 "--poll-interval", "0.2", "--backoff-max", "0.5", "--discovery-interval", "1",
                 "--checkpoint-interval", "1", "--state-dir", str(slot.state_dir),
                 "--total-shards", str(self.shards), "--shard", str(slot.index), *self.extra]

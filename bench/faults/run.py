@@ -15,10 +15,13 @@ from pathlib import Path
 import aiohttp
 
 from bench.faults import checker
+from bench.faults import kube as kubecheck
 from bench.faults.collector import Collector
 from bench.faults.fleet import Fleet, Slot, free_port
+from bench.faults.kube import Cluster
 from bench.faults.platform import Release, ScheduledFaults, expected_spans, finite_logs
 from bench.faults.schedule import (
+    KUBE_KINDS,
     OTLP_KINDS,
     ROUTE_KINDS,
     WEBHOOK_KINDS,
@@ -47,6 +50,7 @@ class Options:
     catch_up_s: float = 120.0
     disk_size: str | None = "64m"  # more than the store needs to open (its log: 8 MiB at most)
     root: Path | None = None
+    kube: bool = True  # UnitSignals from the Kubernetes API emulator (else --kube off)
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Result:
     full_disk_exits: int = 0
     webhooks_acked: int = 0
     webhook_answers: Counter[str] = field(default_factory=Counter)
+    kube_writes: Counter[str] = field(default_factory=Counter)
+    unitsignals: int = 0  # at the end
 
     @property
     def ok(self) -> bool:
@@ -85,6 +91,9 @@ class Result:
                      f"{k} {n}" for k, n in sorted(self.route_faults.items())),
                  f"  webhook deliveries acknowledged: {self.webhooks_acked}; answers: " + ", ".join(
                      f"{k} {n}" for k, n in sorted(self.webhook_answers.items())),
+                 "  UnitSignal writes: " + ", ".join(
+                     f"{k} {n}" for k, n in sorted(self.kube_writes.items()))
+                 + f"; {self.unitsignals} UnitSignals at the end",
                  f"  checks held: {self.report.held}, failed: {len(self.report.failed)}"]
         if self.skipped:
             lines.append("  skipped (target already down, or no tmpfs): " + ", ".join(
@@ -99,9 +108,16 @@ class Result:
 
 
 async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
-                collector: Collector, pusher: Pusher, result: Result) -> None:
+                collector: Collector, pusher: Pusher, cluster: Cluster | None,
+                result: Result) -> None:
     await asyncio.sleep(max(0.0, t0 + fault.at_s - time.monotonic()))
     kind = fault.kind
+    if kind in KUBE_KINDS:
+        if cluster is None:
+            result.skipped[kind] += 1
+            return
+        await _play_kube(fault, fleet, cluster, result)
+        return
     if kind in WEBHOOK_KINDS:
         pusher.switch_on(kind.removeprefix("webhook_"), fault.duration_s)
         result.injected[kind] += 1
@@ -157,6 +173,40 @@ async def _play(fault: Fault, t0: float, fleet: Fleet, plan: ScheduledFaults,
         await fleet.restart_slot(slot)
 
 
+async def _play_kube(fault: Fault, fleet: Fleet, cluster: Cluster, result: Result) -> None:
+    kind = fault.kind
+    if kind is Kind.KUBE_WATCH_410:
+        cluster.expire_watches(fleet.shards)
+        result.injected[kind] += 1
+        return
+    if kind is Kind.KUBE_CRD:
+        result.injected[kind] += 1
+        await cluster.crd_window(fault.duration_s)
+        return
+    # UnitSignals of the killed exporter's workloads created, changed and deleted while it is
+    # down: its restart must find them as they are, not as its state dir last saw them.
+    slot = fleet.slot(fault.target)
+    if not await fleet.stop_slot(slot, signal.SIGKILL):
+        result.skipped[kind] += 1
+        return
+    result.injected[kind] += 1
+    try:
+        mine = [w for w in cluster.workloads if shard_of(w, fleet.shards) == slot.index]
+        end = time.monotonic() + fault.duration_s
+        while mine and time.monotonic() < end:
+            cluster.step(mine)
+            await asyncio.sleep(0.1)
+    finally:
+        await fleet.restart_slot(slot)
+
+
+async def _write(cluster: Cluster) -> None:
+    """The kernel and agents writing UnitSignals the whole run."""
+    while True:
+        cluster.step()
+        await asyncio.sleep(0.3)
+
+
 async def _scrape_once(slot: Slot) -> None:
     async with aiohttp.ClientSession() as session:
         await scrape(slot.url, session)
@@ -178,6 +228,7 @@ async def _started(slot: Slot, timeout_s: float = 30.0) -> None:
 
 
 async def _caught_up(fleet: Fleet, heads: dict[str, int], spans: set[str], collector: Collector,
+                     cluster: Cluster | None,
                      deadline: float) -> dict[int, dict[Key, float]] | None:
     """Every shard's workloads at their heads and every span received; the last scrapes."""
     async with aiohttp.ClientSession() as session:
@@ -191,17 +242,32 @@ async def _caught_up(fleet: Fleet, heads: dict[str, int], spans: set[str], colle
             else:
                 if all(checker._get(got[shard_of(w, fleet.shards)], "zaroz_events_last_seq",
                                     workload=w) == n for w, n in heads.items()) and (
-                        spans <= collector.received.keys()):
+                        spans <= collector.received.keys()) and _kube_exact(got, fleet, cluster):
                     return got
             await asyncio.sleep(0.5)
     return None
 
 
+def _kube_exact(got: dict[int, dict[Key, float]], fleet: Fleet, cluster: Cluster | None) -> bool:
+    if cluster is None:
+        return True
+    report = checker.Report()
+    kubecheck.check(report, got, cluster.truth(), fleet.shards)
+    return not report.failed
+
+
 async def _behind(fleet: Fleet, heads: dict[str, int], spans: set[str],
-                  collector: Collector) -> str:
-    """What was still missing at the deadline: each lagging workload, the spans not received."""
+                  collector: Collector, cluster: Cluster | None) -> str:
+    """What was still missing at the deadline: each lagging workload, the spans not received,
+    the UnitSignals not as the cluster holds them."""
     out = []
     async with aiohttp.ClientSession() as session:
+        if cluster is not None:
+            got = {slot.index: samples for slot in fleet.active()
+                   if (samples := await scrape(slot.url, session)) is not None}
+            report = checker.Report()
+            kubecheck.check(report, got, cluster.truth(), fleet.shards)
+            out += report.failed[:10]
         for w, n in heads.items():
             slot = fleet.slots[shard_of(w, fleet.shards)]
             samples = await scrape(slot.url, session)
@@ -238,13 +304,18 @@ async def run(opts: Options) -> Result:
         url = await route.start()
         release = Release(route, logs)
         secret_file = root / "webhook-secrets"
+        cluster = Cluster(opts.seed, list(logs)) if opts.kube else None
+        kube_url = await cluster.start() if cluster is not None else None
+        tasks: list[asyncio.Task[None]] = []
         fleet = Fleet(root, url, opts.exporters + 1, opts.exporters, disk_size=opts.disk_size,
                       extra=("--otlp-endpoint", collector.endpoint,
                              "--webhook-secret-file", str(secret_file)),
-                      env={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"})
+                      env={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"},
+                      kube_url=kube_url)
         pusher = Pusher(fleet, logs, release, secret_file, opts.seed)
+        if cluster is not None:
+            tasks.append(asyncio.create_task(_write(cluster)))
         scrapers: list[Scraper] = []
-        tasks: list[asyncio.Task[None]] = []
         try:
             await fleet.start()
             for slot in fleet.active():  # the schedule begins once the fleet is up
@@ -256,7 +327,8 @@ async def run(opts: Options) -> Result:
                     scrapers.append(sc)
                     tasks.append(asyncio.create_task(sc.run()))
             tasks.append(asyncio.create_task(pusher.run()))
-            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, pusher, result))
+            plays = [asyncio.create_task(_play(f, t0, fleet, plan, collector, pusher, cluster,
+                                                   result))
                      for f in schedule]
             while (elapsed := time.monotonic() - t0) < seconds:
                 release.to(elapsed / (seconds * 0.85))
@@ -268,20 +340,28 @@ async def run(opts: Options) -> Result:
             for p in plays:
                 p.cancel()
             await asyncio.gather(*plays, return_exceptions=True)
+            if cluster is not None:
+                cluster.heal()
+                tasks[0].cancel()  # the writer: the truth is final from here
             await fleet.heal()
             print(f"healed at t={time.monotonic() - t0:.1f}s; catching up", flush=True)
             heads = {w: len(evs) for w, evs in logs.items()}
-            final = await _caught_up(fleet, heads, spans, collector,
+            final = await _caught_up(fleet, heads, spans, collector, cluster,
                                      time.monotonic() + opts.catch_up_s)
             report = result.report
             report.check(final is not None,
                          f"the exporters did not catch up within {opts.catch_up_s:.0f} s: "
-                         f"{await _behind(fleet, heads, spans, collector)}")
+                         f"{await _behind(fleet, heads, spans, collector, cluster)}")
             if final is not None:
                 checker.ownership(report, final, list(logs), fleet.shards)
                 for w in logs:
                     checker.truth(report, final[shard_of(w, fleet.shards)], truth, w,
                                   duplicates=True)
+                if cluster is not None:
+                    want = cluster.truth()
+                    kubecheck.check(report, final, want, fleet.shards)
+                    result.unitsignals = len(want)
+                    result.kube_writes = cluster.writes
             got = collector.received
             missing, foreign = spans - got.keys(), got.keys() - spans
             report.check(not missing, f"{len(missing)} of {len(spans)} spans never received")
@@ -310,4 +390,6 @@ async def run(opts: Options) -> Result:
             await fleet.close()
             await route.stop()
             await collector.stop()
+            if cluster is not None:
+                await cluster.stop()
     return result

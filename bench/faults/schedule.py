@@ -27,6 +27,9 @@ class Kind(StrEnum):
     WEBHOOK_RETRY = "webhook_retry"  # a fifth of deliveries sent again (the first answer lost)
     WEBHOOK_REPLAY = "webhook_replay"  # up to 50 delivered events delivered again
     WEBHOOK_ROTATE = "webhook_rotate"  # the signing secret rotated
+    KUBE_CRD = "kube_crd"  # the UnitSignal CRD deleted (its objects with it), re-created after
+    KUBE_DOWN_CHANGES = "kube_down_changes"  # UnitSignals changed while an exporter is killed
+    KUBE_WATCH_410 = "kube_watch_410"  # the exporters' next watches 410 Gone: a relist
 
 
 EXPORTER_KINDS = (Kind.SIGKILL, Kind.SIGTERM, Kind.DISK_FULL, Kind.DISK_FULL_KILL)
@@ -39,7 +42,9 @@ WEIGHTS = {Kind.SIGKILL: 6, Kind.SIGTERM: 3, Kind.ROUTE_503: 3, Kind.ROUTE_DROP:
            Kind.ROUTE_TRUNCATE: 2, Kind.ROUTE_SLOW: 2, Kind.ROUTE_410_EDGE: 2,
            Kind.DISK_FULL: 2, Kind.RESHARD: 1, Kind.OTLP_REFUSE: 1, Kind.OTLP_SLOW: 1,
            Kind.OTLP_ABSENT: 1, Kind.WEBHOOK_REORDER: 1, Kind.WEBHOOK_RETRY: 1,
-           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1, Kind.DISK_FULL_KILL: 1}  # fmt: skip
+           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1, Kind.DISK_FULL_KILL: 1,
+           Kind.KUBE_CRD: 1, Kind.KUBE_DOWN_CHANGES: 2, Kind.KUBE_WATCH_410: 2}  # fmt: skip
+KUBE_KINDS = (Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410)
 
 
 @dataclass(frozen=True)
