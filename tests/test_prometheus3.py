@@ -171,10 +171,14 @@ def stack() -> Iterator[Stack]:
             since = len(log.read_text())
             wait("demo's history replayed", lambda: p.result(
                 'count(count by (workload) (zaroz_events_total{cluster="classic"})) == 3'), 60)
+            # Each job on its own: a rate needs two of that job's scrapes after the demo's
+            # workloads are shown, and the two jobs scrape at different phases (a wait on either
+            # job's data let one job's queries run with a single sample of it).
             names = sorted(recording.recording_names())
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 180
             while time.monotonic() < deadline and not all(
-                    p.result(f'{n}{{cluster=~"classic|native"}}') for n in names):
+                    p.result(f'{n}{{cluster="{c}"}}') for c in ("classic", "native")
+                    for n in names):
                 time.sleep(1)
             yield Stack(p, tap, log, since, demo)
         finally:

@@ -138,7 +138,8 @@ def test_openmetrics_exemplars_are_offered_and_read_without_error(stack: Stack) 
     with urllib.request.urlopen(req, timeout=30) as r:
         assert r.headers["Content-Type"] == OPENMETRICS_TYPE
         body = r.read().decode()
-    assert re.search(r'_bucket\{[^}]*\} \d+ # \{trace_id="[0-9a-f]{32}"\}', body)
+    assert re.search(r'_bucket\{[^}]*\} \d+ # \{trace_id="[0-9a-f]{32}",span_id="[0-9a-f]{16}"\}',
+                     body)
     assert stack.vm.result('zaroz_unit_ready_seconds_bucket{cluster="openmetrics"}')
 
 
