@@ -300,11 +300,11 @@ STACKS = {
 }
 
 
-# On 3.5 the alert path passed alone and in one full run, and failed in another (no alert
-# reached a receiver): the same open defect as tests/test_prometheus3.py's xfails, where a
-# job's recent per-workload series go missing. Not strict until it is explained.
+# On 3.5 the alert path passed alone and in full runs but one, where no alert reached a
+# receiver within FIRING_TIMEOUT. Not explained yet (it starts no demo, so the demo's end that
+# emptied tests/test_prometheus3.py's queries is not its cause): not strict until it is.
 @pytest.mark.parametrize("stack", [pytest.param(s, marks=pytest.mark.xfail(
-    reason="recent series go missing on Prometheus 3.5 (open defect)", strict=False))
+    reason="failed once in a loaded full run on Prometheus 3.5, unexplained", strict=False))
     if s.startswith("prometheus3") else s for s in STACKS])
 async def test_a_stuck_generation_reaches_people_and_resolves(stack: str) -> None:
     prometheus, alertmanager = STACKS[stack]()
