@@ -25,7 +25,7 @@ CASES = {  # (seed, kinds, faults a second, minutes)
     # The cluster's faults: the CRD deleted and re-created, UnitSignals changed while their
     # exporter is killed, watches expired (410), with kills and a reshard; the UnitSignals'
     # state gauges equal to the emulator's objects, each on the shard of its workload.
-    "kube faults": (1, frozenset({Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410,
+    "kube faults": (276, frozenset({Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410,
                                   Kind.SIGKILL, Kind.RESHARD}), 0.6, 0.4),
 }
 
@@ -34,6 +34,9 @@ def test_a_seed_replays_its_schedule() -> None:
     a, b = draw(108, 24, 2, rate=0.5, max_shards=3), draw(108, 24, 2, rate=0.5, max_shards=3)
     assert a == b and a != draw(109, 24, 2, rate=0.5, max_shards=3)
     assert {Kind.DISK_FULL_KILL, Kind.RESHARD, Kind.WEBHOOK_ROTATE} <= set(by_kind(a))
+    kube = frozenset({Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410, Kind.SIGKILL,
+                      Kind.RESHARD})
+    assert set(kube) == set(by_kind(draw(276, 24, 2, rate=0.6, kinds=kube, max_shards=3)))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -42,9 +42,11 @@ WEIGHTS = {Kind.SIGKILL: 6, Kind.SIGTERM: 3, Kind.ROUTE_503: 3, Kind.ROUTE_DROP:
            Kind.ROUTE_TRUNCATE: 2, Kind.ROUTE_SLOW: 2, Kind.ROUTE_410_EDGE: 2,
            Kind.DISK_FULL: 2, Kind.RESHARD: 1, Kind.OTLP_REFUSE: 1, Kind.OTLP_SLOW: 1,
            Kind.OTLP_ABSENT: 1, Kind.WEBHOOK_REORDER: 1, Kind.WEBHOOK_RETRY: 1,
-           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1, Kind.DISK_FULL_KILL: 1,
-           Kind.KUBE_CRD: 1, Kind.KUBE_DOWN_CHANGES: 2, Kind.KUBE_WATCH_410: 2}  # fmt: skip
+           Kind.WEBHOOK_REPLAY: 1, Kind.WEBHOOK_ROTATE: 1, Kind.DISK_FULL_KILL: 1}  # fmt: skip
 KUBE_KINDS = (Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410)
+# The cluster's faults, drawn from a stream of their own (a tenth of the rate), so a seed's other
+# faults are the schedule they were before the cluster's were added.
+KUBE_WEIGHTS = {Kind.KUBE_CRD: 1, Kind.KUBE_DOWN_CHANGES: 2, Kind.KUBE_WATCH_410: 2}
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,16 @@ def draw(seed: int, seconds: float, exporters: int, *, rate: float = 0.5,
          kinds: frozenset[Kind] | None = None, max_shards: int = 3) -> list[Fault]:
     """Faults at Poisson times (`rate` a second) over the first 85% of the run, each lasting
     0.2-6 s, so several overlap; the last 15% is left for the faults to end."""
-    rng = random.Random(seed)
-    allowed = [k for k in WEIGHTS if kinds is None or k in kinds]
-    weights = [WEIGHTS[k] for k in allowed]
+    out = _draw(random.Random(seed), WEIGHTS, seconds, exporters, rate, kinds, max_shards)
+    out += _draw(random.Random(seed ^ 0xC1), KUBE_WEIGHTS, seconds, exporters, rate / 10, kinds,
+                 max_shards)
+    return sorted(out, key=lambda f: f.at_s)
+
+
+def _draw(rng: random.Random, table: dict[Kind, int], seconds: float, exporters: int,
+          rate: float, kinds: frozenset[Kind] | None, max_shards: int) -> list[Fault]:
+    allowed = [k for k in table if kinds is None or k in kinds]
+    weights = [table[k] for k in allowed]
     out: list[Fault] = []
     t = rng.expovariate(rate)
     while t < seconds * 0.85 and allowed:
