@@ -579,7 +579,8 @@ class Checkpointer:
             if "desired" in entry:  # version 1
                 wl.restore_desired(entry["desired"])
         skipped = restore_metrics(self.pipeline.registry, state.get("metrics", {}), restored)
-        self.starts.restore(state.get("rows", {}).get("starts", []))
+        live = {(s.family.metric.name, json_text(list(s.values))) for s in restored}
+        self.starts.restore(state.get("rows", {}).get("starts", []), live)
         if self.pipeline.traces is not None and state.get("traces") is not None:
             self.pipeline.traces.restore(state["traces"])
         if self.signals is not None:

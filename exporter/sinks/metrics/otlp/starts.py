@@ -8,12 +8,15 @@ start time; made again, it gets a new one, as the data model asks of a series th
 A state really lost (an empty disk) starts every series with a new start time.
 
 Rows are taken in proportion to change: a new series is one row, a removed one a deleted key.
+A stored start time whose series was not restored (its family's labels changed, the family
+left the catalog or the selection) is removed at the next save, so rows never outlive their
+series.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 Key = tuple[str, str]  # family name, label values as a JSON list (the series rows' key)
@@ -29,9 +32,13 @@ class StartTimes:
         self._since = self.process_start  # the last take: series new since were made after it
         self.epoch = self.process_start  # the oldest start time held (`of`'s fallback)
 
-    def restore(self, rows: Iterable[Sequence[Any]]) -> int:
-        """The stored rows, (family, key, start ns), after a load; returns how many."""
+    def restore(self, rows: Iterable[Sequence[Any]], live: Collection[Key] | None = None) -> int:
+        """The stored rows, (family, key, start ns), after a load; returns how many are kept.
+        `live`: the keys of the series restored; a row of any other goes at the next take."""
         for name, key, ns in rows:
+            if live is not None and (name, key) not in live:
+                self._gone.add((name, key))
+                continue
             self.known[name, key] = int(ns)
         if self.known:
             self.epoch = min(self.known.values())
