@@ -69,8 +69,15 @@ def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
     p = _pipeline()
     old = Checkpointer(tmp_path / "old", p)
     _rich(p)
-    ch = old.changes()  # the whole state, as version 3 stored it
+    ch = old.changes()  # the whole state, as version 3 stored it:
+    # its unit rows end at the last event's time (the ended allocation's and drain's span
+    # starts came after it), so neither the store nor the state after conversion has them
+    ch.units = [u[:9] for u in ch.units]
     state = old.state()
+    for log in state["workloads"].values():
+        units = log["log"].get("units", {})
+        for uid, unit in units.items():
+            units[uid] = unit[:7]
     old.close()
     v3 = convert.Store(tmp_path / convert.DB)
     v3.write(ch)
