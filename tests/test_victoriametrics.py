@@ -117,7 +117,10 @@ def test_both_formats_scraped_with_the_same_series(stack: Stack) -> None:
     def series(job: str) -> set[str]:
         q = urllib.parse.urlencode({"match[]": f'{{cluster="{job}"}}',
                                     "start": time.time() - 60})
-        return {r["__name__"] for r in get(f"{p.base}/api/v1/series?{q}")["data"]}
+        # What the scrape stored: vmalert's recorded series (`level:metric:op`) follow the
+        # rules' inputs, and a ratio is absent for a job while its denominator is zero there.
+        return {r["__name__"] for r in get(f"{p.base}/api/v1/series?{q}")["data"]
+                if ":" not in r["__name__"]}
 
     text = series("text")
     assert "zaroz_events_total" in text and "zaroz_unit_ready_seconds_bucket" in text
