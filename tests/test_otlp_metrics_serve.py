@@ -64,6 +64,14 @@ def received_totals(rx: MetricsReceiver) -> dict[tuple[str, frozenset], float]:
     return out
 
 
+async def _platform(seed: int) -> tuple[RouteServer, str, Feed, MetricsReceiver]:
+    """Two workloads' simulated logs behind a route (fed on demand), and an OTLP receiver."""
+    logs, _ = finite_logs(seed=seed, workloads=2, seconds=200, rate=0.8)
+    route = RouteServer(SimConfig(workloads=2).workload_list())
+    base = await route.start()
+    return route, base, Feed(route, logs), MetricsReceiver().start()
+
+
 async def _get(url: str, accept: str | None = None) -> bytes:
     headers = {"Accept": accept} if accept else {}
     async with aiohttp.ClientSession() as s, s.get(url + "/metrics", headers=headers) as r:
@@ -74,11 +82,7 @@ async def _get(url: str, accept: str | None = None) -> bytes:
 async def test_serve_pushes_continuous_cumulative_metrics(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "1")  # an outage fails in 1 s
-    logs, _ = finite_logs(seed=21, workloads=2, seconds=200, rate=0.8)
-    route = RouteServer(SimConfig(workloads=2).workload_list())
-    base = await route.start()
-    feed = Feed(route, logs)
-    rx = MetricsReceiver().start()
+    route, base, feed, rx = await _platform(21)
     serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
                   "--wait", "1", "--backoff-max", "0.2", "--state-dir", str(tmp_path / "s"),
                   "--checkpoint-interval", "0.5", "--otlp-metrics-endpoint", rx.endpoint,
@@ -182,11 +186,7 @@ async def test_exemplars_carry_the_trace_and_span_ids_of_the_exported_spans():
     """Through the real `serve`, traces and metrics both over OTLP: every exemplar's trace_id
     and span_id (8 bytes) are those of a span the trace receiver got, of the kind the
     histogram measures."""
-    logs, _ = finite_logs(seed=9, workloads=2, seconds=200, rate=0.8)
-    route = RouteServer(SimConfig(workloads=2).workload_list())
-    base = await route.start()
-    feed = Feed(route, logs)
-    rx = MetricsReceiver().start()
+    route, base, feed, rx = await _platform(9)
     traces = OtlpReceiver().start()
     serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
                   "--wait", "1", "--backoff-max", "0.2", "--kube", "off",
@@ -222,11 +222,7 @@ async def test_exemplars_carry_the_trace_and_span_ids_of_the_exported_spans():
 async def test_a_sigterm_before_the_next_interval_sends_the_final_totals(tmp_path: Path):
     """An interval of an hour: nothing is sent until the SIGTERM, whose final export (after
     the last save) carries every still counter as the last scrape served it."""
-    logs, _ = finite_logs(seed=13, workloads=2, seconds=200, rate=0.8)
-    route = RouteServer(SimConfig(workloads=2).workload_list())
-    base = await route.start()
-    feed = Feed(route, logs)
-    rx = MetricsReceiver().start()
+    route, base, feed, rx = await _platform(13)
     serve = Serve("--events-url", base, "--workload", "wl-1", "--workload", "wl-2",
                   "--wait", "1", "--backoff-max", "0.2", "--state-dir", str(tmp_path / "s"),
                   "--otlp-metrics-endpoint", rx.endpoint, "--otlp-metrics-interval", "3600")
