@@ -1,5 +1,5 @@
-"""Start-time rows (sinks/metrics/otlp/starts.py) never outlive their series: a family whose
-label set changed leaves no row behind in the store."""
+"""Start-time rows (sinks/metrics/otlp/starts.py) never outlive their series: neither a family
+whose label set changed nor a series removed while running leaves a row behind in the store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import orjson
 from exporter.wiring.events import Pipeline
 from exporter.wiring.state.checkpoint import Checkpointer
 from exporter.wiring.state.store import DB, Changes, Store
-from tests.test_checkpoint import _fed
+from tests.test_checkpoint import LOGS, _fed
 
 OLD_KEY = ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"]).decode())
 
@@ -60,3 +60,38 @@ def test_the_start_of_a_family_whose_labels_changed_is_removed(tmp_path: Path):
     store.close()
     assert rows == series
 
+
+
+def stored_series(state_dir: Path) -> set[tuple[str, str]]:
+    store = Store(state_dir / DB)
+    db = store._open()
+    try:
+        return {tuple(orjson.loads(v)[:2]) for _, v in db.iterator(prefix=b"series\0")}
+    finally:
+        store.close()
+
+
+def test_the_starts_of_series_removed_at_run_time_are_removed(tmp_path: Path):
+    """A workload dropped while running takes its series' start rows with it, and one seen
+    again later starts its series with new start times (a series that restarts)."""
+    p = _fed(300)
+    cp = Checkpointer(tmp_path, p)
+    cp.save()
+    before = dict(cp.starts.known)
+    assert sum(name.startswith("zaroz_unit") for name, _ in before) > 5
+    p.drop(["wl-1"], "test")
+    cp.save()
+    assert not any('"wl-1"' in key for _, key in cp.starts.known)
+    cp.close()
+    assert stored_starts(tmp_path) == stored_series(tmp_path)
+    assert not any('"wl-1"' in key for _, key in stored_starts(tmp_path))
+    q = Pipeline()
+    again = Checkpointer(tmp_path, q)
+    again.load()
+    for e in LOGS["wl-1"][:300]:
+        q.workload("wl-1").offer(e)
+    again.save()
+    again.close()
+    assert stored_starts(tmp_path) == stored_series(tmp_path)
+    renewed = {k: v for k, v in again.starts.known.items() if k in before}
+    assert renewed and all(v > before[k] for k, v in renewed.items())
