@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -39,6 +41,24 @@ async def obey(conn: Connection, handle: Callable[[object], bool]) -> None:
         await done.wait()
     finally:
         loop.remove_reader(conn.fileno())
+
+
+def checkout(rev: str) -> Path:
+    """The tree of a git revision, unpacked under OUT once (`git archive`): an earlier
+    revision's code to run beside this one."""
+    sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout.strip()
+    tree = OUT / f"rev-{sha}"
+    if not (tree / "bench" / "cluster.py").exists():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", sha], capture_output=True, check=True,
+                                 cwd=ROOT).stdout
+        tar = OUT / f"rev-{sha}.tar"
+        tar.write_bytes(archive)
+        with tarfile.open(tar) as t:
+            t.extractall(tree, filter="data")
+        tar.unlink()
+    return tree
 
 
 def child_env() -> dict[str, str]:

@@ -7,7 +7,10 @@ processes tailing it, one with `--state-dir` (a temp dir) and one without. Once 
 up and hold every unit, the live stream starts and for `--seconds` each exporter is scraped by two
 scrapers (every 2 s and every 3.1 s, as two Prometheus replicas with different intervals) while
 its `/healthz` is timed every 0.1 s. Then each is restarted (the state one after SIGTERM and after
-SIGKILL) and timed until `/readyz` answers 200 and its model holds the units again.
+SIGKILL, `--restarts` times) and timed until `/readyz` answers 200 and its model holds the units
+again. `--baseline REV` adds a third state exporter running an earlier revision's code (df14e4e:
+version 3's SQLite store), started after the window; the state exporters' SIGKILL restarts take
+turns, so the two stores' restarts meet the same machine.
 
 Printed per configuration: scrape median and max, worst and p99 /healthz, checkpoint writes and
 bytes per minute (the exporter's own checkpoint metrics, and what the process wrote to the disk,
@@ -41,7 +44,7 @@ from typing import Any
 
 import aiohttp
 
-from bench._common import ROOT, child_env, header, obey, proc_status_kib, table
+from bench._common import ROOT, checkout, child_env, header, obey, proc_status_kib, table
 
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 # Prometheus 2.x's scrape Accept header (text or OpenMetrics, never protobuf) and gzip.
@@ -159,6 +162,7 @@ class Exporter:
     state_dir: Path | None
     log_path: Path
     extra: list[str]
+    tree: Path = ROOT  # the code it runs: this checkout, or an earlier revision's (--baseline)
     port: int = field(default_factory=free_port)
     proc: asyncio.subprocess.Process | None = None
 
@@ -175,11 +179,13 @@ class Exporter:
         # (PYTHONDONTWRITEBYTECODE, a checkout never compiled) every restart compiles the whole
         # exporter first, most of its time to ready. The first start, not timed, writes it.
         env = child_env()
+        if self.tree != ROOT:
+            env["PYTHONPATH"] = str(self.tree)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(self.log_path.parent / "pycache")
         with open(self.log_path, "ab") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", MAIN, *args, cwd=ROOT, env=env,
+                sys.executable, "-c", MAIN, *args, cwd=self.tree, env=env,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=log,
                 preexec_fn=_die_with_parent)
 
@@ -382,7 +388,8 @@ class Figures:
     state_dir_bytes: int = 0
     rss_kib: int = 0
     hwm_kib: int = 0
-    restarts: dict[str, tuple[float, float]] = field(default_factory=dict)  # stop s, ready s
+    # per signal, each restart's (stop s, ready s), in the order taken
+    restarts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     disk_bytes_per_event: float | None = None  # write_bytes over the window / events streamed
     state_bytes: int = 0  # the state's size: the stored checkpoint as one JSON document
 
@@ -472,19 +479,28 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
                   f"route answered {(stats['requests'] - stats0['requests']) / streamed_s:,.0f} "
                   f"requests/s on {(stats['cpu'] - stats0['cpu']) / streamed_s:.0%} of a core",
                   flush=True)
-            # restarts, the stream still running
-            plan = [("with --state-dir", "SIGTERM", signal.SIGTERM),
-                    ("with --state-dir", "SIGKILL", signal.SIGKILL),
-                    ("without", "SIGTERM", signal.SIGTERM)]
-            for name, label, sig in plan:
+            if args.baseline:  # after the window, so that it takes no share of it
+                base, base_sync = await start_baseline(session, args, route.url, units,
+                                                       workloads, work)
+                exporters[base.name] = base
+                figs[base.name] = Figures(sync_s=base_sync)
+            # Restarts, the stream still running: SIGTERM once, then --restarts rounds of
+            # SIGKILL taking turns between the state exporters (a slow stretch of the machine
+            # hits each), then the exporter without state re-reading the log.
+            stateful = [n for n, e in exporters.items() if e.state_dir is not None]
+            plan = [("with --state-dir", "SIGTERM", signal.SIGTERM)]
+            plan += [(n, "SIGKILL", signal.SIGKILL) for _ in range(args.restarts)
+                     for n in stateful]
+            plan += [("without", "SIGTERM", signal.SIGTERM)]
+            for i, (name, label, sig) in enumerate(plan):
                 exp = exporters[name]
                 stop_s = await exp.stop(sig)
                 await exp.start()
                 kind = "state" if exp.state_dir else "plain"
-                spy = profile(args, exp, work, f"restart-{workloads}-{kind}-{label}", None)
+                spy = profile(args, exp, work, f"restart-{workloads}-{kind}-{label}-{i}", None)
                 ready_s = await wait_ready(session, exp, units, args.timeout)
                 await stop_profile(spy)
-                figs[name].restarts[label] = (stop_s, ready_s)
+                figs[name].restarts.setdefault(label, []).append((stop_s, ready_s))
                 print(f"restart {name} after {label}: stopped in {stop_s:.1f} s, "
                       f"ready with the units in {ready_s:.2f} s", flush=True)
     finally:
@@ -493,6 +509,24 @@ async def run_config(args: argparse.Namespace, workloads: int, work: Path) -> di
         route.stop()
     report(workloads, units, figs)
     return figs
+
+
+async def start_baseline(session: aiohttp.ClientSession, args: argparse.Namespace,
+                         route_url: str, units: int, workloads: int,
+                         work: Path) -> tuple[Exporter, float]:
+    """The --baseline revision's state exporter, started on a state dir of its own, ready
+    with the units and a few seconds into the stream (its checkpoints behind it); its sync s."""
+    tree: Path = args.baseline_tree
+    exp = Exporter(f"baseline {tree.name.removeprefix('rev-')}", route_url,
+                   work / f"state-base-{workloads}", work / f"serve-base-{workloads}.log",
+                   args.serve_arg, tree=tree)
+    assert exp.state_dir is not None
+    exp.state_dir.mkdir()
+    await exp.start()
+    sync_s = await wait_ready(session, exp, units, args.timeout)
+    print(f"{exp.name}: initial sync {sync_s:.1f} s", flush=True)
+    await asyncio.sleep(args.warmup)
+    return exp, sync_s
 
 
 def profile(args: argparse.Namespace, exp: Exporter, work: Path, name: str,
@@ -561,12 +595,14 @@ def report(workloads: int, units: int, figs: dict[str, Figures]) -> None:
     row("state dir / state (one JSON document)", lambda f: "-" if not f.state_bytes else
         f"{_mb(f.state_dir_bytes)} / {_mb(f.state_bytes)} = "
         f"{f.state_dir_bytes / f.state_bytes:.2f}")
-    row("RSS after the window (peak)", lambda f: f"{f.rss_kib / 1024:,.0f} MiB "
+    row("RSS after the window (peak)", lambda f: "-" if not f.rss_kib else
+        f"{f.rss_kib / 1024:,.0f} MiB "
         f"({f.hwm_kib / 1024:,.0f})")
     for label in ("SIGTERM", "SIGKILL"):
-        row(f"restart after {label}: stop / to ready", lambda f, lb=label: "-"
+        row(f"restart after {label}: to ready (stop)", lambda f, lb=label: "-"
             if lb not in f.restarts else
-            f"{f.restarts[lb][0]:.1f} s / {f.restarts[lb][1]:.2f} s")
+            " / ".join(f"{ready:.2f}" for _, ready in f.restarts[lb]) + " s ("
+            + " / ".join(f"{stop:.1f}" for stop, _ in f.restarts[lb]) + " s)")
     print(f"\n{units:,} units, {workloads:,} workloads")
     print(table(rows))
     for name in names:
@@ -605,6 +641,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve-arg", action="append", default=[],
                    help="extra argument for both serve processes (repeat), e.g. "
                         "--serve-arg=--checkpoint-interval=10")
+    p.add_argument("--restarts", type=int, default=3,
+                   help="rounds of SIGKILL restarts of each state exporter, taking turns (3)")
+    p.add_argument("--baseline", metavar="REV", default=None,
+                   help="also a state exporter running this git revision's code (df14e4e: "
+                        "the last with version 3's SQLite store), started after the window, "
+                        "its restarts interleaved with this tree's")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, state)")
     p.add_argument("--py-spy", metavar="DIR", default=None,
                    help="profile the state exporter with py-spy --idle during the window and "
@@ -615,6 +657,10 @@ def main(argv: list[str] | None = None) -> int:
         args.scrape_intervals = [float(x) for x in args.scrape_intervals.split(",") if x]
     except ValueError:
         p.error("--workloads and --scrape-intervals take comma-separated numbers")
+    if args.restarts < 1:
+        p.error("--restarts must be >= 1")
+    if args.baseline:
+        args.baseline_tree = checkout(args.baseline)
     if not counts or min(counts) < 1 or args.units < max(counts):
         p.error("--workloads must be >= 1 and --units at least the largest workload count")
     header(f"fleet: {args.units:,} units, workloads {counts}, {args.rate:,.0f} events/s, "

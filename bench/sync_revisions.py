@@ -19,11 +19,10 @@ import mmap
 import os
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
-from bench._common import OUT, child_env, header, table
+from bench._common import OUT, checkout, child_env, header, table
 
 CHILD = r"""
 import inspect, json, sys, time
@@ -57,21 +56,6 @@ def pages_file(objects: int) -> Path:
         path.write_bytes(b"\n".join(pages))
         print(f"{objects:,} objects built in {emu.build_s:.1f} s: {len(pages)} pages", flush=True)
     return path
-
-
-def checkout(rev: str) -> Path:
-    sha = subprocess.run(["git", "rev-parse", "--short", rev], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    tree = OUT / f"rev-{sha}"
-    if not (tree / "bench" / "cluster.py").exists():
-        tree.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", sha], capture_output=True, check=True).stdout
-        tar = OUT / f"rev-{sha}.tar"
-        tar.write_bytes(archive)
-        with tarfile.open(tar) as t:
-            t.extractall(tree, filter="data")
-        tar.unlink()
-    return tree
 
 
 def probe(pages: Path) -> str:
