@@ -8,13 +8,14 @@ from __future__ import annotations
 import pytest
 
 from exporter.catalog import Kind, Metric
-from exporter.commands.otlpmetrics import default_instance, interval_from_env, resource
+from exporter.commands.otlpmetrics import default_instance, resource
 from exporter.model.sharding import Shard
 from exporter.sinks.metrics.exposition import Format, render
 from exporter.sinks.metrics.family import Registry
 from exporter.sinks.metrics.otlp import client_model, encode
 from exporter.sinks.metrics.otlp.names import otel_name
 from exporter.sinks.metrics.otlp.transport import enabled, metrics_url
+from exporter.sinks.otelenv import interval_from_env
 from tests.otlp_metrics_receiver import decode
 
 METRICS = (

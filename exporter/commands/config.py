@@ -273,7 +273,7 @@ def _otlp_metrics(args: argparse.Namespace, env: Mapping[str, str]) -> None:
     if getattr(args, "otlp_metrics_endpoint", None):
         check_url("--otlp-metrics-endpoint", args.otlp_metrics_endpoint)
     if getattr(args, "otlp_metrics_interval", None) is None:
-        from exporter.commands.otlpmetrics import interval_from_env
+        from exporter.sinks.otelenv import interval_from_env
 
         try:
             args.otlp_metrics_interval = interval_from_env(env)

@@ -42,20 +42,6 @@ RESULTS = ("success", "failure", "checkpoint_failed")
 FINAL_EXPORT_S = 10.0  # the final export's bound: a receiver away never holds a shutdown longer
 
 
-def interval_from_env(environ: Mapping[str, str]) -> float:
-    """OTEL_METRIC_EXPORT_INTERVAL (milliseconds; the spec's default 60000) in seconds."""
-    raw = environ.get("OTEL_METRIC_EXPORT_INTERVAL", "").strip()
-    if not raw:
-        return 60.0
-    try:
-        ms = float(raw)
-    except ValueError:
-        raise ValueError(f"OTEL_METRIC_EXPORT_INTERVAL={raw!r} is not a number of ms") from None
-    if not ms > 0:
-        raise ValueError(f"OTEL_METRIC_EXPORT_INTERVAL={raw!r} must be positive")
-    return ms / 1000
-
-
 def resource(instance: str, shard: Shard, environ: Mapping[str, str]) -> dict[str, str]:
     """Stable across restarts and pod replacements: never a random id (a new one would make
     every series a new one at each restart)."""

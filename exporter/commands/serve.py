@@ -150,10 +150,12 @@ class Running:
 
 def _trace_sink(config: ServeConfig) -> Any:
     """Traces when --otlp-endpoint or the standard OTEL_* endpoint variables ask for them."""
+    from exporter.sinks.otelenv import traces_enabled
+
+    if not (config.otlp_endpoint or traces_enabled()):
+        return None
     from exporter.sinks.traces import otlp
 
-    if not (config.otlp_endpoint or otlp.traces_enabled()):
-        return None
     batching = otlp.TraceConfig(max_queue_size=config.otlp_max_queue_size,
                                 max_export_batch_size=config.otlp_batch_size,
                                 max_pending=config.otlp_max_pending_spans)

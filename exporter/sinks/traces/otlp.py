@@ -186,20 +186,6 @@ class CountingProcessor(SpanProcessor):
         return self.inner.force_flush(timeout_millis)
 
 
-def traces_enabled(env: Mapping[str, str] | None = None) -> bool:
-    """Whether the OTEL_* environment asks for traces: an OTLP endpoint is set (or
-    OTEL_TRACES_EXPORTER=otlp), and neither OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none."""
-    e = os.environ if env is None else env
-    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = e.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter == "none":
-        return False
-    return exporter == "otlp" or bool(
-        e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    )
-
-
 def _protocol(protocol: str | None) -> str:
     p = protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or os.environ.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL", HTTP
