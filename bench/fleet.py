@@ -536,6 +536,7 @@ def profile(args: argparse.Namespace, exp: Exporter, work: Path, name: str,
     if args.py_spy is None:
         return None
     out = Path(args.py_spy) / f"{name}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [str(Path(sys.executable).with_name("py-spy")), "record", "--idle", "-r", "200",
            "-f", "raw", "-o", str(out), "-p", str(exp.pid)]
     if seconds is not None:
