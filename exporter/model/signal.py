@@ -4,11 +4,13 @@ JSON bytes they came as, decoded only when the model needs them (`raw_value`).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["RAW_ABSENT", "Meta", "UnitSignal", "raw_value", "to_dict"]
+from exporter.model.ranges import INT_MAX, INT_MIN
+
+__all__ = ["RAW_ABSENT", "Meta", "Status", "UnitSignal", "raw_value", "status_value", "to_dict"]
 
 RAW_ABSENT = msgspec.Raw()  # a field the object does not have
 
@@ -39,6 +41,37 @@ class UnitSignal(msgspec.Struct, gc=False):
 
 
 _loads = msgspec.json.Decoder().decode  # takes a Raw as it is (orjson needs a copy)
+
+# An integer the model holds (model/ranges.py), checked in C as it is decoded.
+Int64 = Annotated[int, msgspec.Meta(ge=INT_MIN, le=INT_MAX)]
+
+
+class Status(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    """A status as the model reads it, its integers bounded at decode: only a status whose
+    fields are these and whose integers fit decodes so (`status_value`); any other is decoded
+    untyped and checked field by field, as before. Validity stays the schema's: the fields'
+    types are only what the model's fast path may assume (its times are still checked)."""
+
+    observedGeneration: Int64 | None = None
+    agentVersion: Any = None
+    signalledReady: str | None = None
+    accepting: Any = None
+    activity: Any = None
+    activitySince: str | None = None
+    shutdownRequestedAt: str | None = None
+    allocationAck: Any = None
+    seq: Int64 | None = None
+
+
+_status = msgspec.json.Decoder(Status).decode
+
+
+def status_value(raw: msgspec.Raw) -> Status | None:
+    """A raw status typed; None when it does not fit `Status` (decode it untyped instead)."""
+    try:
+        return _status(raw)
+    except msgspec.ValidationError:
+        return None
 
 
 def raw_value(raw: msgspec.Raw) -> Any:

@@ -35,7 +35,7 @@ import msgspec
 
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.ranges import CLOCK_MAX_NS, CLOCK_MIN_NS, INT_MAX, INT_MIN, clock_ns
-from exporter.model.signal import UnitSignal, raw_value
+from exporter.model.signal import Status, UnitSignal, raw_value, status_value
 from exporter.model.units import DRAIN_REASONS
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.vocabulary import ACTIVITIES, PHASES
@@ -62,6 +62,8 @@ Labels = tuple[tuple[str, str], ...]
 # A typed object's status, decoded from its Raw by a decoder of its own (not raw_value's):
 # tests count spec decodes through signal's decoder apart from status decodes.
 _loads = msgspec.json.Decoder().decode
+_asdict = msgspec.structs.asdict
+assert Status.__struct_fields__ == STATUS_FIELDS  # a typed status's tuple is its key
 intern = sys.intern  # bounded strings repeated across 100k objects (namespace, workload...)
 
 
@@ -258,8 +260,16 @@ class UnitSignalModel:
                 return None
             key = (ns, name)
             uid, mgen, labels, raw = meta.uid, meta.generation, meta.labels, obj.status
-            status = _loads(raw) if len(raw) else None
+            # Typed (its integers bounded at decode: `fits`), else untyped and checked here.
+            typed = status_value(raw) if len(raw) else None
+            if typed is not None:
+                fits = True
+                status = _asdict(typed)
+            else:
+                fits = False
+                status = _loads(raw) if len(raw) else None
         else:
+            fits = False
             k = _key_of(obj)
             if k is None:
                 return None
@@ -302,17 +312,18 @@ class UnitSignalModel:
             prev = t.status_key
             if (self.status_fast_path and skey is not None and prev is not None
                     and status is not None and _measured(skey) == _measured(prev)):
-                self._status_only(key, t, old, status, skey, workload)
+                self._status_only(key, t, old, status, skey, workload, fits)
                 return key
         if self.touched is not None:
             self.touched.add(key)
         if not same_status:
-            self._validate_status(t, status, skey, workload)
+            self._validate_status(t, status, skey, workload, fits)
         if skey is None:
             observed = ready_at = ack = None
         else:
             observed, _, ready_at, _, _, _, _, ack, _ = skey
-            observed = _int(observed)
+            if not fits:
+                observed = _int(observed)
 
         # conformance
         generation = t.gen
@@ -325,7 +336,7 @@ class UnitSignalModel:
             if ahead:  # counted when it starts, not on every write while it lasts
                 self.obs.violation(workload, "observed_generation_ahead")
             t.ahead = ahead
-        agent, accepting, activity, seq = self._agent_fields(t, skey, workload)
+        agent, accepting, activity, seq = self._agent_fields(t, skey, workload, fits)
 
         if t.pending or (generation is not None and generation > (observed or 0)):
             self._generations(t, obj, workload, generation, observed, first_sight, now)
@@ -398,15 +409,15 @@ class UnitSignalModel:
     # -- pieces of an upsert -----------------------------------------------------------------
 
     def _status_only(self, key: Key, t: _Tracked, old: SignalState, status: dict[str, Any],
-                     skey: tuple[Any, ...], workload: str) -> None:
+                     skey: tuple[Any, ...], workload: str, fits: bool) -> None:
         """A status write that moved none of observedGeneration, signalledReady and
         allocationAck, under an unchanged spec and labels: the agent's routine writes (seq,
         accepting, activity). Nothing is measured and the phase stays, so only the status's own
         fields of the state change; the same result as the full path (a test compares them)."""
-        self._validate_status(t, status, skey, workload)
+        self._validate_status(t, status, skey, workload, fits)
         fields = list(old)
         fields[_AGENT], fields[_ACCEPTING], fields[_ACTIVITY], seq = self._agent_fields(
-            t, skey, workload)
+            t, skey, workload, fits)
         fields[_SEQ] = seq or 0
         fields[_STATUS_VALID] = t.status_valid
         state = _new_state(SignalState, fields)
@@ -415,13 +426,14 @@ class UnitSignalModel:
             self.obs.state(key, old, state)
 
     def _agent_fields(self, t: _Tracked, skey: tuple[Any, ...] | None,
-                      workload: str) -> tuple[str, int, str, int | None]:
+                      workload: str, fits: bool) -> tuple[str, int, str, int | None]:
         """The status fields the agent moves on its routine writes, as exported (agent
-        version, accepting, activity, seq); an agent restart shows as seq going back."""
+        version, accepting, activity, seq); an agent restart shows as seq going back. `fits`:
+        the status was decoded typed (`signal.Status`), its integers already bounded."""
         if skey is None:
             return "", 0, "none", None
         _, agent, _, accepting, activity, _, _, _, seq = skey
-        if _int(seq) is not None:
+        if (seq is not None) if fits else (_int(seq) is not None):
             if t.seq is not None and seq < t.seq:
                 self.obs.violation(workload, "agent_restart")
             t.seq = seq
@@ -466,8 +478,10 @@ class UnitSignalModel:
         return given
 
     def _validate_status(self, t: _Tracked, status: dict[str, Any] | None,
-                         skey: tuple[Any, ...] | None, workload: str) -> None:
-        """Once per distinct status: `skey` is its fields' values in STATUS_FIELDS order."""
+                         skey: tuple[Any, ...] | None, workload: str, fits: bool) -> None:
+        """Once per distinct status: `skey` is its fields' values in STATUS_FIELDS order.
+        `fits`: decoded typed (`signal.Status`), so its integers are within the model's and
+        only its times are checked here (a string comparison for years 1971-2261)."""
         if status is None:
             t.status_key, t.status_valid = None, 1
             return
@@ -480,7 +494,17 @@ class UnitSignalModel:
         valid = 1 if is_valid_unit_signal_status(status) else 0
         if not valid:
             self.obs.violation(workload, "status_schema")
-        if skey is not None and _out_of_range(*_STATUS_VALUES(skey)):
+        if skey is None:
+            out = False
+        elif fits:
+            ready, since, shut = skey[2], skey[5], skey[6]
+            out = ((ready is not None and not "1971" < ready < "2262")
+                   or (since is not None and not "1971" < since < "2262")
+                   or (shut is not None and not "1971" < shut < "2262")) and _out_of_range(
+                       None, None, ready, since, shut)
+        else:
+            out = _out_of_range(*_STATUS_VALUES(skey))
+        if out:
             # Read as absent (null): nothing measured from it (model/ranges.py).
             self.obs.violation(workload, "out_of_range")
         if skey is not None:
