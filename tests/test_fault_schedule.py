@@ -3,7 +3,8 @@
 the cursor, the collector refusing, slow or absent, webhook deliveries reordered, retried,
 replayed, the secret rotated) for some 20 s a seed, then every counter and histogram equal to
 the simulator's truth from the one shard that owns each workload, every span received, no
-counter backwards for any scraper, no exporter ending on its own. Each case is a schedule that
+counter backwards for any scraper, every span copy explained by a fault, no exporter ending on
+its own. Each case is a schedule that
 found something (in its comment); the 30-minute run is in bench/README.md."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.faults.collector import Receipt, unexplained_copies
 from bench.faults.run import Options, run
 from bench.faults.schedule import Kind, by_kind, draw
 
@@ -48,3 +50,26 @@ async def test_a_fault_schedule_ends_exact(case: str, tmp_path: Path) -> None:
     assert result.ok, result.describe()
     assert result.report.held > 500
     assert sum(result.injected.values()) >= 3
+
+
+def test_a_span_copy_is_explained_only_by_a_fault() -> None:
+    """The checker's rule for spans received twice: a late answer, a reshard between, or an
+    unclean end of the first sender explains a copy; nothing else does."""
+    r = Receipt
+    ends = {"exporter-0-1": (0, "clean"), "exporter-0-2": (0, "unclean"),
+            "exporter-0-3": (0, None), "exporter-0-4": (1, None)}
+    explained = {
+        "late": [r("exporter-0-1", True), r("exporter-0-1", False)],
+        "killed": [r("exporter-0-2", False), r("exporter-0-3", False)],
+        "reshard": [r("exporter-0-1", False), r("exporter-0-4", False)],
+        "once": [r("exporter-0-1", False)],
+    }
+    assert unexplained_copies(explained, ends) == []
+    unexplained = {
+        "twice by one": [r("exporter-0-3", False), r("exporter-0-3", False)],
+        "after a clean stop": [r("exporter-0-1", False), r("exporter-0-3", False)],
+        "third after a kill": [r("exporter-0-2", False), r("exporter-0-3", False),
+                               r("exporter-0-3", False)],
+    }
+    got = unexplained_copies(unexplained, ends)
+    assert len(got) == 3 and all(any(k in g for g in got) for k in unexplained), got

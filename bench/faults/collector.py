@@ -1,13 +1,17 @@
 """The OTLP/HTTP collector the exporters send spans to, on the run's own event loop, refusing
 (503), slow, or absent (its port closed) while the schedule says so; it keeps every span id it
-accepted, and how many times."""
+accepted, and from which process each time, so that a span received twice can be explained
+(`unexplained_copies`)."""
 
 from __future__ import annotations
 
 import asyncio
 import gzip
+import time
 import zlib
 from collections import Counter
+from itertools import pairwise
+from typing import NamedTuple
 
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -16,6 +20,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 PROTOBUF = "application/x-protobuf"
+LATE_S = 0.5  # half the exporters' OTLP timeout (1 s): an answer this late may be given up on
+
+
+class Receipt(NamedTuple):
+    start: str  # the sending process (fleet.Start.name), from its `service.instance.id`
+    late: bool  # answered so late, or to a closed connection, that the sender may send again
+
+
+def _start_of(resource_spans: object) -> str:
+    for kv in resource_spans.resource.attributes:  # type: ignore[attr-defined]
+        if kv.key == "service.instance.id":
+            return str(kv.value.string_value).rsplit("-", 1)[0]  # the uuid dropped
+    return ""
 
 
 class Collector:
@@ -23,6 +40,7 @@ class Collector:
         self.port = port
         self.endpoint = f"http://127.0.0.1:{port}"
         self.received: Counter[str] = Counter()  # span id (hex) -> times accepted
+        self.receipts: dict[str, list[Receipt]] = {}  # span id -> each time it was accepted
         self.refusing = 0  # windows open; > 0: answer 503
         self.slow = 0
         self.absent = 0
@@ -30,6 +48,7 @@ class Collector:
         self._runner: web.AppRunner | None = None
 
     async def _handle(self, request: web.Request) -> web.Response:
+        began, slow = time.monotonic(), bool(self.slow)
         body = await request.read()
         enc = request.headers.get("Content-Encoding", "").lower()
         if enc == "gzip":
@@ -43,10 +62,16 @@ class Collector:
             return web.Response(status=503, text="refused")
         req = ExportTraceServiceRequest()
         req.ParseFromString(body)
+        transport = request.transport
+        late = (slow or time.monotonic() - began >= LATE_S or transport is None
+                or transport.is_closing())
         for rs in req.resource_spans:
+            start = _start_of(rs)
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    self.received[s.span_id.hex()] += 1
+                    sid = s.span_id.hex()
+                    self.received[sid] += 1
+                    self.receipts.setdefault(sid, []).append(Receipt(start, late))
         self.answers["200"] += 1
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
                             content_type=PROTOBUF)
@@ -82,3 +107,27 @@ class Collector:
                     await self.start()
             else:
                 setattr(self, mode, getattr(self, mode) - 1)
+
+
+def unexplained_copies(receipts: dict[str, list[Receipt]], ends: dict[str, tuple[int, str | None]]
+                       ) -> list[str]:
+    """The spans received again where nothing explains it. `ends`: each process's epoch and how
+    it ended (fleet.Start). A copy is explained by the earlier receipt's answer coming late (the
+    sender's timeout ran out: it sends again), by a reshard between the two (the workload's new
+    owner makes its spans again), or by the earlier sender ending uncleanly (killed, crashed, or
+    stopped on a full disk: what it sent after its last save is sent again after its start).
+    Anything else, a process sending a span twice or a clean stop's successor sending what was
+    saved as sent, is a copy no fault made."""
+    out = []
+    for sid, got in receipts.items():
+        for a, b in pairwise(got):
+            if a.late:
+                continue
+            epoch_a, end_a = ends.get(a.start, (-1, None))
+            epoch_b, _ = ends.get(b.start, (-1, None))
+            if a.start != b.start and (epoch_a != epoch_b or end_a != "clean"):
+                continue
+            out.append(f"span {sid}: sent by {a.start}, then again by {b.start}"
+                       + (" (the same process)" if a.start == b.start
+                          else f" after {a.start} stopped cleanly"))
+    return out

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench._common import ROOT, child_env
@@ -39,10 +40,12 @@ class Disk:
                               capture_output=True, check=False)  # fmt: skip
         self.mounted = done.returncode == 0
         self.filler = path / "filler"
+        self.full = False  # filled and not yet freed
 
     def fill(self) -> bool:
         if not self.mounted:
             return False
+        self.full = True
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             for size in (256 << 10, 4 << 10, 1):
@@ -58,6 +61,7 @@ class Disk:
         return True
 
     def free(self) -> None:
+        self.full = False
         with contextlib.suppress(FileNotFoundError):
             self.filler.unlink()
 
@@ -65,6 +69,17 @@ class Disk:
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.path)], check=False)
             self.mounted = False
+
+
+@dataclass
+class Start:
+    """One process of a slot: its name (the spans' `service.instance.id` begins with it), the
+    fleet's epoch it ran in, and how it ended: None while running, "clean" (SIGTERM answered
+    with exit 0 while its disk had room: it saved everything it sent), else "unclean"."""
+
+    name: str
+    epoch: int
+    end: str | None = None
 
 
 class Slot:
@@ -82,6 +97,7 @@ class Slot:
         self.wanted = False  # should be running (a kill or a stop makes it False for a while)
         self.starts = 0
         self.starting_on_full_disk = False
+        self.start: Start | None = None  # the process now, or the last one
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -106,6 +122,7 @@ class Fleet:
         self.exits: Counter[str] = Counter()  # exits nobody asked for, by return code
         self.full_disk_exits = 0  # starts refused, as they should be, on a full state disk
         self._watch: asyncio.Task[None] | None = None
+        self.starts: dict[str, Start] = {}  # every process the run started, by name
 
     def active(self) -> list[Slot]:
         return self.slots[: self.shards]
@@ -120,26 +137,37 @@ class Fleet:
                 "--poll-interval", "0.2", "--backoff-max", "0.5", "--discovery-interval", "1",
                 "--checkpoint-interval", "1", "--state-dir", str(slot.state_dir),
                 "--total-shards", str(self.shards), "--shard", str(slot.index), *self.extra]
+        start = Start(f"exporter-{slot.index}-{slot.starts + 1}", self.epoch)
         log = slot.log_path.open("ab")
         try:
             slot.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", MAIN, *args, cwd=ROOT, env=self.env,
+                sys.executable, "-c", MAIN, *args, cwd=ROOT,
+                env=self.env | {"HOSTNAME": start.name},  # the spans' instance id names it
                 stdout=asyncio.subprocess.DEVNULL, stderr=log)
         finally:
             log.close()
+        slot.start = self.starts[start.name] = start
         slot.starts += 1
         slot.wanted = True
 
     async def _signal(self, slot: Slot, sig: signal.Signals) -> None:
         slot.wanted = False
         if slot.proc is not None and slot.proc.returncode is None:
+            full = slot.disk is not None and slot.disk.full
             slot.proc.send_signal(sig)
             try:
-                await asyncio.wait_for(slot.proc.wait(), 30)
+                rc = await asyncio.wait_for(slot.proc.wait(), 30)
             except TimeoutError:  # a stop that hangs: counted, then killed
                 self.exits["sigterm_hung"] += 1
                 slot.proc.kill()
-                await slot.proc.wait()
+                rc = await slot.proc.wait()
+            self._ended(slot, "clean" if sig is signal.SIGTERM and rc == 0 and not full
+                        else "unclean")
+
+    @staticmethod
+    def _ended(slot: Slot, how: str) -> None:
+        if slot.start is not None and slot.start.end is None:
+            slot.start.end = how
 
     async def start(self) -> None:
         async with self.lock:
@@ -189,6 +217,7 @@ class Fleet:
             async with self.lock:
                 for slot in self.active():
                     if slot.wanted and slot.proc is not None and slot.proc.returncode is not None:
+                        self._ended(slot, "unclean")
                         if _said_disk_full(slot.log_path):
                             self.full_disk_exits += 1
                             await self._spawn(slot)

@@ -16,7 +16,7 @@ import aiohttp
 
 from bench.faults import checker
 from bench.faults import kube as kubecheck
-from bench.faults.collector import Collector
+from bench.faults.collector import Collector, unexplained_copies
 from bench.faults.fleet import Fleet, Slot, free_port
 from bench.faults.kube import Cluster
 from bench.faults.platform import Release, ScheduledFaults, expected_spans, finite_logs
@@ -69,6 +69,7 @@ class Result:
     events: int = 0
     spans: int = 0
     span_copies: int = 0  # spans received more than once (sent again after a start)
+    span_copies_unexplained: int = 0  # of them, those no fault explains (a failed check)
     full_disk_exits: int = 0
     webhooks_acked: int = 0
     webhook_answers: Counter[str] = field(default_factory=Counter)
@@ -368,6 +369,11 @@ async def run(opts: Options) -> Result:
             report.check(not foreign, f"{len(foreign)} spans received that the logs do not make")
             result.spans = len(spans)
             result.span_copies = sum(got.values()) - len(got)
+            unexplained = unexplained_copies(
+                collector.receipts, {n: (s.epoch, s.end) for n, s in fleet.starts.items()})
+            report.check(not unexplained, f"{len(unexplained)} span copies no fault explains, "
+                         f"first: {unexplained[:3]}")
+            result.span_copies_unexplained = len(unexplained)
             for sc in scrapers:
                 report.check(not sc.backwards, f"{len(sc.backwards)} samples went backwards "
                              f"for {sc.name}, first: {sc.backwards[0] if sc.backwards else ''}")
