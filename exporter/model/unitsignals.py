@@ -453,11 +453,15 @@ class UnitSignalModel:
         alloc = spec.get("allocation")
         if type(alloc) is not dict:
             alloc = {}
-        if _out_of_range(spec.get("generation"), alloc.get("generation"),
-                         alloc.get("allocatedAt")):
+        gen, agen = spec.get("generation"), alloc.get("generation") if alloc else None
+        at = alloc.get("allocatedAt") if alloc else None
+        fits = type(gen) is not int or INT_MIN <= gen <= INT_MAX
+        # _out_of_range inline (100k objects a sync): a parse only for a time it cannot place.
+        if not fits or (type(agen) is int and not INT_MIN <= agen <= INT_MAX) or (
+                type(at) is str and not "1971" < at < "2262" and _out_of_range(None, None, at)):
             # Read as absent: nothing measured from it, never an error later (model/ranges.py).
             self.obs.violation(workload, "out_of_range")
-        t.gen = _int(spec.get("generation"))
+        t.gen = gen if fits and type(gen) is int else None
         t.unit_id = _str(spec.get("unitId"))
         ukey = _str(spec.get("key"))
         t.ukey = key[1] if ukey == key[1] else ukey  # nearly always the name: share it
