@@ -3,7 +3,8 @@
 the cursor, the collector refusing, slow or absent, webhook deliveries reordered, retried,
 replayed, the secret rotated) for some 20 s a seed, then every counter and histogram equal to
 the simulator's truth from the one shard that owns each workload, every span received, no
-counter backwards for any scraper, every span copy explained by a fault, no exporter ending on
+counter backwards and no count above the truth's for any scraper, no workload on a shard not
+owning it at any scrape, every span copy explained by a fault, no exporter ending on
 its own. Each case is a schedule that
 found something (in its comment); the 30-minute run is in bench/README.md."""
 
@@ -11,11 +12,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from bench.faults.collector import Receipt, unexplained_copies
+from bench.faults.fleet import Fleet, free_port
 from bench.faults.run import Options, run
 from bench.faults.schedule import Kind, by_kind, draw
+from bench.faults.scrapers import Scraper
+from exporter.model.sharding import shard_of
 
 # An exporter started on its full state disk ended saying its checkpoint was unreadable, to be
 # moved away (counters restarting): Checkpointer._read now says the disk is full and the
@@ -73,3 +79,37 @@ def test_a_span_copy_is_explained_only_by_a_fault() -> None:
     }
     got = unexplained_copies(unexplained, ends)
     assert len(got) == 3 and all(any(k in g for g in got) for k in unexplained), got
+
+
+async def test_a_scrape_above_the_truth_or_off_its_shard_is_noted(tmp_path: Path) -> None:
+    """Along the way, each scrape: a count above what the whole log implies, or a workload on a
+    shard that does not own it, is noted; a count within the bound on the owning shard is not."""
+    mine, other = (next(w for w in (f"w{i}" for i in range(20)) if shard_of(w, 2) == s)
+                   for s in (0, 1))
+    body = (f'zaroz_events_total{{workload="{mine}",type="unit.ready"}} 3\n'
+            f'zaroz_events_total{{workload="{mine}",type="unit.exited"}} 5\n'
+            f'zaroz_events_total{{workload="{other}",type="unit.ready"}} 1\n')
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=body)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        fleet = Fleet(tmp_path, "http://127.0.0.1:1", 2, 2, disk_size=None)
+        slot = fleet.slots[0]
+        slot.url = f"http://127.0.0.1:{port}"
+        key = ("zaroz_events_total", frozenset({"workload": mine}.items()))
+        bounds = {(key[0], key[1] | {("type", "unit.ready")}): 3.0,
+                  (key[0], key[1] | {("type", "unit.exited")}): 4.0}
+        sc = Scraper("s", slot, fleet, 1.0, 0.0, bounds=bounds)
+        async with aiohttp.ClientSession() as session:
+            await sc.once(session)
+    finally:
+        await runner.cleanup()
+    assert sc.ok == 1
+    assert len(sc.above) == 1 and "unit.exited" in sc.above[0] and "5 > 4" in sc.above[0]
+    assert len(sc.strays) == 1 and other in sc.strays[0]

@@ -1,13 +1,15 @@
 """The end compared with the truth (docs/measurements.md): every event-log counter and
 histogram of each workload, from the one shard that owns it, equal to what the simulated
-platform's truth implies for the log it served; no other shard exporting it."""
+platform's truth implies for the log it served; no other shard exporting it. Along the way
+(each scrape, `bounds`): no count above the truth's, no workload on a shard that does not own
+it."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from bench.faults.scrapers import Key
+from bench.faults.scrapers import Key, workloads_in
 from exporter import catalog, vocabulary
 from exporter.model.sharding import shard_of
 from exporter.sinks.metrics.series import format_value
@@ -34,11 +36,6 @@ def _get(samples: dict[Key, float], name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-def workloads_in(samples: dict[Key, float]) -> set[str]:
-    return {dict(labels)["workload"] for name, labels in samples
-            if name.startswith(("zaroz_events_", "zaroz_unit_")) and "workload" in dict(labels)}
-
-
 def ownership(report: Report, scrapes: dict[int, dict[Key, float]], workloads: list[str],
               shards: int) -> None:
     """Each workload exported by exactly one shard: the one `shard_of` names."""
@@ -49,54 +46,84 @@ def ownership(report: Report, scrapes: dict[int, dict[Key, float]], workloads: l
                                   f"owns {sorted(mine)}")
 
 
-def truth(report: Report, samples: dict[Key, float], t: Truth, workload: str, *,
-          duplicates: bool = False) -> None:
-    """What assert_matches_truth holds in the suite, as a list of findings; `duplicates`: the
-    same events came by two sources (route and webhook), so duplicates are counted, not 0."""
+# Gauges of the expected values: the end must equal them, but one may go down on the way.
+GAUGES = ("zaroz_workload_desired_units",)
+
+
+def expected(t: Truth, workload: str, *, duplicates: bool = False
+             ) -> tuple[dict[Key, float], dict[Key, float]]:
+    """What the truth implies for a workload's event-log families, as scrape samples: the
+    counts (counters, histogram counts and buckets, two gauges) and the histogram sums. The
+    end must show exactly these; no scrape before it may show a count above its value.
+    `duplicates`: the same events come by two sources (route and webhook), so duplicates are
+    counted and not expected to be 0."""
     wl = workload
+    counts: dict[Key, float] = {}
+    sums: dict[Key, float] = {}
+
+    def key(name: str, **labels: str) -> Key:
+        return (name, frozenset({"workload": wl, **labels}.items()))
 
     def hist(name: str, durations: list[int], **labels: str) -> None:
-        count = _get(samples, name + "_count", workload=wl, **labels)
-        total = _get(samples, name + "_sum", workload=wl, **labels)
-        report.check(count == len(durations), f"{name}_count{labels} {wl}: {count:g} != "
-                                              f"{len(durations)}")
-        report.check(abs(total - sum(durations) / NS) <= 1e-6 * max(1, len(durations)),
-                     f"{name}_sum{labels} {wl}: {total} != {sum(durations) / NS}")
+        counts[key(name + "_count", **labels)] = len(durations)
+        sums[key(name + "_sum", **labels)] = sum(durations) / NS
         for b in catalog.get(name).buckets:
-            got = _get(samples, name + "_bucket", workload=wl, le=format_value(b), **labels)
-            want = sum(1 for d in durations if d <= round(b * NS))
-            report.check(got == want, f"{name}_bucket{{le={b}}}{labels} {wl}: {got:g} != {want}")
-
-    def counter(name: str, want: int, **labels: str) -> None:
-        got = _get(samples, name, workload=wl, **labels)
-        report.check(got == want, f"{name}{labels} {wl}: {got:g} != {want}")
+            counts[key(name + "_bucket", le=format_value(b), **labels)] = sum(
+                1 for d in durations if d <= round(b * NS))
 
     hist("zaroz_unit_ready_seconds", t.ready.get(wl, []))
     hist("zaroz_unit_allocation_ack_seconds", t.allocation_ack.get(wl, []))
     for reason in DRAIN_REASONS:
         hist("zaroz_unit_drain_seconds", t.drain.get((wl, reason), []), reason=reason)
     for o in ("delivered", "undelivered", "superseded", "abandoned"):
-        counter("zaroz_unit_allocations_total", t.allocations.get((wl, o), 0), outcome=o)
+        counts[key("zaroz_unit_allocations_total", outcome=o)] = t.allocations.get((wl, o), 0)
     for o in ("ready", "failed", "destroyed"):
-        counter("zaroz_unit_startups_total", t.startups.get((wl, o), 0), outcome=o)
+        counts[key("zaroz_unit_startups_total", outcome=o)] = t.startups.get((wl, o), 0)
     for m in ("ready", "allocation_ack", "drain"):
-        counter("zaroz_events_clock_skew_total", t.skew.get((wl, m), 0), measurement=m)
+        counts[key("zaroz_events_clock_skew_total", measurement=m)] = t.skew.get((wl, m), 0)
     by_type: dict[str, int] = defaultdict(int)
     for (w, kind), n in t.events_by_type.items():
         if w == wl:
             by_type[kind if not kind.startswith("unit.future") else "unknown"] += n
     for kind, n in by_type.items():
-        counter("zaroz_events_total", n, type=kind)
-    counter("zaroz_workload_desired_units", t.desired.get(wl, 0))
-    counter("zaroz_events_last_seq", t.last_seq.get(wl, 0))
+        counts[key("zaroz_events_total", type=kind)] = n
+    counts[key("zaroz_workload_desired_units")] = t.desired.get(wl, 0)
+    counts[key("zaroz_events_last_seq")] = t.last_seq.get(wl, 0)
     for (w, code, restarted), n in t.exits.items():
         if w == wl:
-            counter("zaroz_unit_exits_total", n, code=str(code),
-                    restarted="true" if restarted else "false")
+            counts[key("zaroz_unit_exits_total", code=str(code),
+                       restarted="true" if restarted else "false")] = n
     for (w, reason), n in t.failures.items():
         if w == wl:
-            counter("zaroz_unit_failures_total", n, reason=reason)
+            counts[key("zaroz_unit_failures_total", reason=reason)] = n
     for source in () if duplicates else vocabulary.EVENT_SOURCES:
-        counter("zaroz_events_duplicate_total", 0, source=source)
-    counter("zaroz_events_gaps_total", 0)
-    counter("zaroz_events_invalid_total", 0, reason="schema")
+        counts[key("zaroz_events_duplicate_total", source=source)] = 0
+    counts[key("zaroz_events_gaps_total")] = 0
+    counts[key("zaroz_events_invalid_total", reason="schema")] = 0
+    return counts, sums
+
+
+def truth(report: Report, samples: dict[Key, float], t: Truth, workload: str, *,
+          duplicates: bool = False) -> None:
+    """What assert_matches_truth holds in the suite, as a list of findings."""
+    counts, sums = expected(t, workload, duplicates=duplicates)
+    for k, want in counts.items():
+        got = samples.get(k, 0.0)
+        report.check(got == want, f"{_show(k)}: {got:g} != {want:g}")
+    for k, want in sums.items():
+        n = counts[(k[0].removesuffix("_sum") + "_count", k[1])]
+        got = samples.get(k, 0.0)
+        report.check(abs(got - want) <= 1e-6 * max(1, n), f"{_show(k)}: {got} != {want}")
+
+
+def bounds(t: Truth, workloads: list[str]) -> dict[Key, float]:
+    """The counts no scrape may exceed at any time (`expected`'s, without the gauges)."""
+    out: dict[Key, float] = {}
+    for w in workloads:
+        counts, _ = expected(t, w, duplicates=True)
+        out.update((k, v) for k, v in counts.items() if k[0] not in GAUGES)
+    return out
+
+
+def _show(k: Key) -> str:
+    return f"{k[0]}{dict(sorted(k[1]))}"

@@ -322,9 +322,11 @@ async def run(opts: Options) -> Result:
             for slot in fleet.active():  # the schedule begins once the fleet is up
                 await _started(slot)
             t0 = time.monotonic()
+            limits = checker.bounds(truth, list(logs))
             for slot in fleet.slots:
                 for name, every in (("a", 0.5), ("b", 0.7)):
-                    sc = Scraper(f"scraper-{name}@{slot.index}", slot, fleet, every, t0)
+                    sc = Scraper(f"scraper-{name}@{slot.index}", slot, fleet, every, t0,
+                                 bounds=limits)
                     scrapers.append(sc)
                     tasks.append(asyncio.create_task(sc.run()))
             tasks.append(asyncio.create_task(pusher.run()))
@@ -379,6 +381,10 @@ async def run(opts: Options) -> Result:
                              f"for {sc.name}, first: {sc.backwards[0] if sc.backwards else ''}")
                 if sc.backwards and result.failed_at_s is None:
                     result.failed_at_s = sc.backwards[0].at_s
+                report.check(not sc.above, f"{len(sc.above)} counts above the truth's for "
+                             f"{sc.name}, first: {sc.above[:1]}")
+                report.check(not sc.strays, f"{len(sc.strays)} workloads on a shard not owning "
+                             f"them for {sc.name}, first: {sc.strays[:1]}")
                 result.scrapes += sc.ok
                 result.scrapes_failed += sc.failed
                 result.rss_max_mib = max(result.rss_max_mib, sc.rss_max_mib)

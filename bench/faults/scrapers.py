@@ -1,5 +1,7 @@
 """Scrapers that poll each exporter the whole run, as two Prometheus replicas would, and note
-every counter or histogram sample that went backwards between two of their scrapes."""
+every counter or histogram sample that went backwards between two of their scrapes, every
+count above what the truth implies for the whole log (`checker.bounds`), and every workload a
+shard shows that it does not own."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.faults.fleet import Fleet, Slot, rss_mib
+from exporter.model.sharding import shard_of
 
 Key = tuple[str, frozenset[tuple[str, str]]]
 MONOTONE = ("counter", "histogram")
@@ -18,6 +21,11 @@ MONOTONE = ("counter", "histogram")
 # others count what one process did and start again with it (process_start_time_seconds).
 DURABLE = ("zaroz_events_", "zaroz_unit_")
 START: Key = ("process_start_time_seconds", frozenset())
+
+
+def workloads_in(samples: dict[Key, float]) -> set[str]:
+    return {dict(labels)["workload"] for name, labels in samples
+            if name.startswith(("zaroz_events_", "zaroz_unit_")) and "workload" in dict(labels)}
 
 
 def parse(text: str) -> tuple[dict[Key, float], set[Key]]:
@@ -76,6 +84,9 @@ class Scraper:
     failed: int = 0
     rss_max_mib: float = 0.0
     backwards: list[Backwards] = field(default_factory=list)
+    bounds: dict[Key, float] = field(default_factory=dict)  # no count above (checker.bounds)
+    above: list[str] = field(default_factory=list)
+    strays: list[str] = field(default_factory=list)  # workloads shown by a shard not owning them
     _seen: dict[Key, float] = field(default_factory=dict)
     _epoch: int = 0
     _start: float | None = None
@@ -111,6 +122,16 @@ class Scraper:
             self._seen = {k: v for k, v in self._seen.items() if k[0].startswith(DURABLE)}
             self._start = start
         at = time.monotonic() - self.t0
+        shards, bounds = self.fleet.shards, self.bounds
+        for w in workloads_in(samples):
+            if shard_of(w, shards) != self.slot.index:
+                self.strays.append(f"t={at:.2f}s {self.name}: {w} on shard "
+                                   f"{self.slot.index}/{shards}, owned by {shard_of(w, shards)}")
+        for key, v in samples.items():
+            bound = bounds.get(key)
+            if bound is not None and v > bound:
+                self.above.append(f"t={at:.2f}s {self.name}: {key[0]}{dict(sorted(key[1]))} "
+                                  f"{v:g} > {bound:g}, the whole log's")
         for key in monotone:
             v = samples[key]
             before = self._seen.get(key)
