@@ -63,22 +63,25 @@ def test_a_span_copy_is_explained_only_by_a_fault() -> None:
     unclean end of the first sender explains a copy; nothing else does."""
     r = Receipt
     ends = {"exporter-0-1": (0, "clean"), "exporter-0-2": (0, "unclean"),
-            "exporter-0-3": (0, None), "exporter-0-4": (1, None)}
+            "exporter-0-3": (0, None), "exporter-0-4": (1, None), "exporter-0-5": (1, "clean"),
+            "exporter-1-1": (1, None), "exporter-1-2": (0, None)}
     explained = {
         "late": [r("exporter-0-1", True), r("exporter-0-1", False)],
         "killed": [r("exporter-0-2", False), r("exporter-0-3", False)],
         "reshard": [r("exporter-0-1", False), r("exporter-0-4", False)],
         "once": [r("exporter-0-1", False)],
+        "two shards after a reshard": [r("exporter-0-5", False), r("exporter-1-1", False)],
     }
     assert unexplained_copies(explained, ends) == []
     unexplained = {
         "twice by one": [r("exporter-0-3", False), r("exporter-0-3", False)],
         "after a clean stop": [r("exporter-0-1", False), r("exporter-0-3", False)],
+        "two shards, no reshard": [r("exporter-0-1", False), r("exporter-1-2", False)],
         "third after a kill": [r("exporter-0-2", False), r("exporter-0-3", False),
                                r("exporter-0-3", False)],
     }
     got = unexplained_copies(unexplained, ends)
-    assert len(got) == 3 and all(any(k in g for g in got) for k in unexplained), got
+    assert len(got) == 4 and all(any(k in g for g in got) for k in unexplained), got
 
 
 async def test_a_scrape_above_the_truth_or_off_its_shard_is_noted(tmp_path: Path) -> None:

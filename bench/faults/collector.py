@@ -112,12 +112,13 @@ class Collector:
 def unexplained_copies(receipts: dict[str, list[Receipt]], ends: dict[str, tuple[int, str | None]]
                        ) -> list[str]:
     """The spans received again where nothing explains it. `ends`: each process's epoch and how
-    it ended (fleet.Start). A copy is explained by the earlier receipt's answer coming late (the
-    sender's timeout ran out: it sends again), by a reshard between the two (the workload's new
-    owner makes its spans again), or by the earlier sender ending uncleanly (killed, crashed, or
-    stopped on a full disk: what it sent after its last save is sent again after its start).
-    Anything else, a process sending a span twice or a clean stop's successor sending what was
-    saved as sent, is a copy no fault made."""
+    it ended (fleet.Start). A copy is explained by the earlier answer coming late (the sender's
+    timeout ran out: it sends again); by a reshard between the two; by two shards sending it
+    after any reshard (the old owner sends what its checkpoint held, the new one makes it
+    again); or by the earlier sender ending uncleanly (killed, crashed, or stopped on a full
+    disk: what it sent after its last save is sent again after its start). Anything else, a
+    process sending a span twice or a clean stop's successor sending what was saved as sent, is
+    a copy no fault made."""
     out = []
     for sid, got in receipts.items():
         for a, b in pairwise(got):
@@ -126,6 +127,10 @@ def unexplained_copies(receipts: dict[str, list[Receipt]], ends: dict[str, tuple
             epoch_a, end_a = ends.get(a.start, (-1, None))
             epoch_b, _ = ends.get(b.start, (-1, None))
             if a.start != b.start and (epoch_a != epoch_b or end_a != "clean"):
+                continue
+            if a.start.rsplit("-", 1)[0] != b.start.rsplit("-", 1)[0] and epoch_b > 0:
+                # Two shards after a reshard: one sending what its checkpoint held from an
+                # earlier shard count, the workload's new owner making it again.
                 continue
             out.append(f"span {sid}: sent by {a.start}, then again by {b.start}"
                        + (" (the same process)" if a.start == b.start
