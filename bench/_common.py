@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
+import socket
 import subprocess
 import sys
 import tarfile
@@ -19,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"  # git-ignored
+_random = random.SystemRandom()  # not a seeded stream: two processes pick apart
 
 
 async def obey(conn: Connection, handle: Callable[[object], bool]) -> None:
@@ -134,3 +137,30 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 def header(title: str) -> None:
     cpus = len(os.sched_getaffinity(0))
     print(f"== {title}  (python {sys.version.split()[0]}, nproc {cpus})", flush=True)
+
+
+def _ephemeral_floor() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_port() -> int:
+    """A port nothing listens on, from below the kernel's ephemeral range. bind(0) hands out a
+    port of that range, which any outgoing connection (the suite makes thousands) may take as
+    its local port before the process meant to listen there binds it; then that process
+    cannot start. Below the range, only another listener can take it."""
+    floor = _ephemeral_floor()
+    for _ in range(200):
+        port = _random.randrange(max(1024, floor - 20_000), floor)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every try taken: the kernel's choice
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -31,7 +31,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from typing import Any
 
 import aiohttp
 
-from bench._common import ROOT, checkout, child_env, header, obey, proc_status_kib, table
+from bench._common import ROOT, checkout, child_env, free_port, header, obey, proc_status_kib, table
 
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 # Prometheus 2.x's scrape Accept header (text or OpenMetrics, never protobuf) and gzip.
@@ -145,12 +144,6 @@ def _die_with_parent() -> None:
     except (OSError, AttributeError):
         pass
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

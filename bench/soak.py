@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -33,17 +32,11 @@ from typing import Any
 
 import aiohttp
 
-from bench._common import ROOT, child_env, header, proc_status_kib, table
+from bench._common import ROOT, child_env, free_port, header, proc_status_kib, table
 from tests.simlogs import parse, value
 
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _die_with_parent() -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -14,38 +12,11 @@ from typing import Any
 
 import aiohttp
 
+from bench._common import free_port
 from tests.simlogs import parse
 
 ROOT = Path(__file__).resolve().parent.parent
-_random = random.SystemRandom()  # not the tests' seeded stream: two workers pick apart
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
-
-
-def _ephemeral_floor() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def free_port() -> int:
-    """A port nothing listens on, from below the kernel's ephemeral range. bind(0) hands out a
-    port of that range, which any outgoing connection (the suite makes thousands) may take as
-    its local port before the process meant to listen there binds it; then that process
-    cannot start. Below the range, only another listener can take it."""
-    floor = _ephemeral_floor()
-    for _ in range(200):
-        port = _random.randrange(max(1024, floor - 20_000), floor)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # every try taken: the kernel's choice
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Serve:

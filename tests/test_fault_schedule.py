@@ -1,12 +1,13 @@
 """Every fault at once, short: the fault schedule of `bench.faults` (kills and stops of real
 `serve` shards, full state disks, reshards, route 503s, drops, truncated and slow pages, 410s at
-the cursor, the collector refusing, slow or absent, webhook deliveries reordered, retried,
-replayed, the secret rotated) for some 20 s a seed, then every counter and histogram equal to
-the simulator's truth from the one shard that owns each workload, every span received, no
-counter backwards and no count above the truth's for any scraper, no workload on a shard not
-owning it at any scrape, every span copy explained by a fault, no exporter ending on
-its own. Each case is a schedule that
-found something (in its comment); the 30-minute run is in bench/README.md."""
+the cursor, ranges lost for good (410 past them), the collector refusing, slow or absent,
+webhook deliveries reordered, retried, replayed, the secret rotated) for some 20 s a seed, then
+every counter and histogram equal to the simulator's truth (or, where a range was lost, to the
+model reading what the route served) from the one shard that owns each workload, every span
+received, no counter backwards and no count above the truth's for any scraper, no workload on
+a shard not owning it at any scrape, every span copy explained by a fault, no exporter ending
+on its own. Each case is a schedule that found something or holds a fault the others lack (in
+its comment); the 30-minute run is in bench/README.md."""
 
 from __future__ import annotations
 
@@ -16,12 +17,18 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from bench._common import free_port
+from bench.faults import checker
 from bench.faults.collector import Receipt, unexplained_copies
-from bench.faults.fleet import Fleet, free_port
+from bench.faults.fleet import Fleet
+from bench.faults.platform import Release, ScheduledFaults, finite_logs, holes
 from bench.faults.run import Options, run
-from bench.faults.schedule import Kind, by_kind, draw
+from bench.faults.schedule import Fault, Kind, by_kind, draw
 from bench.faults.scrapers import Scraper
 from exporter.model.sharding import shard_of
+from zaroz_sim.config import SimConfig
+from zaroz_sim.faults import FaultKind
+from zaroz_sim.route import RouteServer
 
 # An exporter started on its full state disk ended saying its checkpoint was unreadable, to be
 # moved away (counters restarting): Checkpointer._read now says the disk is full and the
@@ -35,6 +42,11 @@ CASES = {  # (seed, kinds, faults a second, minutes)
     # state gauges equal to the emulator's objects, each on the shard of its workload.
     "kube faults": (276, frozenset({Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410,
                                   Kind.SIGKILL, Kind.RESHARD}), 0.6, 0.4),
+    # Ranges lost for good (four, one in each workload's log) while exporters are killed and
+    # webhooks replayed: each range counted once as a gap by the shard that owns it, whether
+    # its tailer hit the 410 or a page skipping the range, and whatever a restart restored.
+    "ranges lost": (7, frozenset({Kind.ROUTE_410_LOSS, Kind.SIGKILL, Kind.ROUTE_503,
+                                  Kind.WEBHOOK_REPLAY}), 1.0, 0.4),
 }
 
 
@@ -56,6 +68,59 @@ async def test_a_fault_schedule_ends_exact(case: str, tmp_path: Path) -> None:
     assert result.ok, result.describe()
     assert result.report.held > 500
     assert sum(result.injected.values()) >= 3
+
+
+def test_the_lost_ranges_truth_is_the_model_reading_what_the_route_serves() -> None:
+    """A workload with ranges lost for good is held to its log replayed with them given up:
+    with none lost that replay equals the simulator's truth (so it is a truth, not the code
+    under test agreeing with itself); with two lost, each is one gap, its events are not
+    counted, and the cursor still ends at the head."""
+    logs, truth = finite_logs(3, 2, 60, 0.4)
+    w, evs = next(iter(logs.items()))
+    counts, sums = checker.expected(truth, w, duplicates=True)
+    same_counts, same_sums = checker.expected_of(truth, w, evs, [], duplicates=True)
+    assert same_counts == counts and same_sums == sums  # nothing lost: the simulator's truth
+    replayed = checker.replayed(w, evs, [])
+    assert {k: replayed.get(k, 0.0) for k in counts} == counts
+    assert all(abs(replayed[k] - v) < 1e-6 * len(evs) for k, v in sums.items())
+    lost = [(50, 60), (100, 130)]
+    got, _ = checker.expected_of(truth, w, evs, lost, duplicates=True)
+    wl = frozenset({("workload", w)})
+    assert got[("zaroz_events_gaps_total", wl)] == 2
+    assert got[("zaroz_events_last_seq", wl)] == len(evs)
+    assert sum(v for k, v in got.items() if k[0] == "zaroz_events_total") == len(evs) - 42
+    assert got != counts
+
+
+async def test_a_lost_range_is_never_served_and_its_cursor_gets_a_410() -> None:
+    """Where a ROUTE_410_LOSS fault puts its range (inside the log, before its last event, not
+    touching another) and how the platform serves it: released whole, in the route's head but
+    never in a page, a cursor just before it or in it answered 410 with the seq past it."""
+    logs, _ = finite_logs(3, 2, 60, 0.4)
+    schedule = [Fault(5.0, Kind.ROUTE_410_LOSS, 0, 1.0), Fault(5.1, Kind.ROUTE_410_LOSS, 2, 0.5),
+                Fault(9.0, Kind.ROUTE_410_LOSS, 1, 6.0), Fault(9.0, Kind.SIGKILL, 0, 1.0)]
+    lost, skipped = holes(schedule, logs, 20.0)
+    (w0, w1), n0 = list(logs), len(logs["wl-1"])
+    assert skipped == 1  # the second touches the first (same workload: 2 % 2 == 0)
+    (a, b), = lost[w0]
+    assert a == int(n0 * 5.0 / 17.0) + 6 and b == a + 10
+    (c, d), = lost[w1]
+    assert c < d < len(logs[w1])
+    route = RouteServer(SimConfig(workloads=2).workload_list(), faults=ScheduledFaults(1, lost))
+    release = Release(route, logs, lost)
+    release.to((a + 1) / n0)  # would stop inside the range: released through its end
+    assert route.head_seq(w0) == b and release.fed[w0] == b
+    assert route.logs[w0].page(a - 2, 1000)[-1]["seq"] == a - 1
+    release.to(1.0)
+    seqs = [e["seq"] for e in route.logs[w0].page(0, 10_000)]
+    assert a - 1 in seqs and b + 1 in seqs and not set(range(a, b + 1)) & set(seqs)
+    plan = route.faults
+    for after in (a - 1, a + 3, b - 1):
+        fault = plan.take(w0, after, route.head_seq(w0))
+        assert fault is not None and fault.kind is FaultKind.EXPIRE
+        assert fault.oldest_seq == b + 1 and fault.transient
+    assert plan.take(w0, b, route.head_seq(w0)) is None  # past it: served as usual
+    assert plan.take(w0, a - 2, route.head_seq(w0)) is None  # a page that skips it
 
 
 def test_a_span_copy_is_explained_only_by_a_fault() -> None:

@@ -2,17 +2,26 @@
 histogram of each workload, from the one shard that owns it, equal to what the simulated
 platform's truth implies for the log it served; no other shard exporting it. Along the way
 (each scrape, `bounds`): no count above the truth's, no workload on a shard that does not own
-it."""
+it.
+
+A workload with ranges lost for good (platform.holes) is compared with its log replayed
+through the model as the route serves it (each range given up, as a tailer does on its 410):
+the simulator's truth holds the lost events, and what the model makes of a unit whose events
+were lost (a ready never seen) is the model's definition, held by its own tests."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
-from bench.faults.scrapers import Key, workloads_in
+from bench.faults.platform import replay
+from bench.faults.scrapers import Key, parse, workloads_in
 from exporter import catalog, vocabulary
 from exporter.model.sharding import shard_of
+from exporter.sinks.metrics.exposition import render
 from exporter.sinks.metrics.series import format_value
+from exporter.wiring.events import Pipeline
 from zaroz_sim.truth import Truth
 
 NS = 1_000_000_000
@@ -103,10 +112,36 @@ def expected(t: Truth, workload: str, *, duplicates: bool = False
     return counts, sums
 
 
-def truth(report: Report, samples: dict[Key, float], t: Truth, workload: str, *,
-          duplicates: bool = False) -> None:
-    """What assert_matches_truth holds in the suite, as a list of findings."""
+def replayed(workload: str, evs: list[dict[str, Any]],
+             lost: list[tuple[int, int]]) -> dict[Key, float]:
+    """The samples of one uninterrupted model that read `evs` with `lost` expired."""
+    p = Pipeline()
+    lg = p.workload(workload)
+    replay(evs, lost, lambda ev: lg.offer(ev, "route"), lambda last: lg.pass_to("route", last))
+    samples, _ = parse(b"".join(render(p.registry, False)).decode())
+    return samples
+
+
+def expected_of(t: Truth, workload: str, evs: list[dict[str, Any]],
+                lost: list[tuple[int, int]], *, duplicates: bool = False
+                ) -> tuple[dict[Key, float], dict[Key, float]]:
+    """`expected`, or with lost ranges the same families' samples from `replayed`."""
     counts, sums = expected(t, workload, duplicates=duplicates)
+    if not lost:
+        return counts, sums
+    names = {k[0] for k in counts}
+    sum_names = {k[0] for k in sums}
+    got = {k: v for k, v in replayed(workload, evs, lost).items()
+           if k[0] in names | sum_names and dict(k[1]).get("workload") == workload}
+    return ({k: got.get(k, 0.0) for k in counts.keys() | {k for k in got if k[0] in names}},
+            {k: got.get(k, 0.0) for k in sums.keys() | {k for k in got if k[0] in sum_names}})
+
+
+def truth(report: Report, samples: dict[Key, float], t: Truth, workload: str, *,
+          duplicates: bool = False, evs: list[dict[str, Any]] | None = None,
+          lost: list[tuple[int, int]] | None = None) -> None:
+    """What assert_matches_truth holds in the suite, as a list of findings."""
+    counts, sums = expected_of(t, workload, evs or [], lost or [], duplicates=duplicates)
     for k, want in counts.items():
         got = samples.get(k, 0.0)
         report.check(got == want, f"{_show(k)}: {got:g} != {want:g}")
@@ -116,11 +151,12 @@ def truth(report: Report, samples: dict[Key, float], t: Truth, workload: str, *,
         report.check(abs(got - want) <= 1e-6 * max(1, n), f"{_show(k)}: {got} != {want}")
 
 
-def bounds(t: Truth, workloads: list[str]) -> dict[Key, float]:
-    """The counts no scrape may exceed at any time (`expected`'s, without the gauges)."""
+def bounds(t: Truth, logs: dict[str, list[dict[str, Any]]],
+           lost: dict[str, list[tuple[int, int]]] | None = None) -> dict[Key, float]:
+    """The counts no scrape may exceed at any time (`expected_of`'s, without the gauges)."""
     out: dict[Key, float] = {}
-    for w in workloads:
-        counts, _ = expected(t, w, duplicates=True)
+    for w, evs in logs.items():
+        counts, _ = expected_of(t, w, evs, (lost or {}).get(w, []), duplicates=True)
         out.update((k, v) for k, v in counts.items() if k[0] not in GAUGES)
     return out
 

@@ -10,7 +10,6 @@ import contextlib
 import errno
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench._common import ROOT, child_env
+from bench._common import ROOT, child_env, free_port
 
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Disk:

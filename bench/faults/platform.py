@@ -6,9 +6,10 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from bench.faults.schedule import Fault as Scheduled
 from bench.faults.schedule import Kind
 from exporter.sinks.traces.builder import SpanRecord
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
@@ -21,6 +22,7 @@ from zaroz_sim.truth import Truth
 
 NS = 1_000_000_000
 Logs = dict[str, list[dict[str, Any]]]
+Holes = dict[str, list[tuple[int, int]]]  # workload -> seq ranges [first, last] lost for good
 
 
 def finite_logs(seed: int, workloads: int, seconds: int, rate: float) -> tuple[Logs, Truth]:
@@ -33,6 +35,47 @@ def finite_logs(seed: int, workloads: int, seconds: int, rate: float) -> tuple[L
         for wl, evs in part.items():
             logs[wl].extend(evs)
     return logs, sim.truth
+
+
+def holes(schedule: list[Scheduled], logs: Logs, seconds: float) -> tuple[Holes, int]:
+    """Where each ROUTE_410_LOSS fault lost its range: in the log of workload `target` (modulo
+    the workloads), starting a few events past what the release has given out at the fault's
+    time (no reader has it yet), 1 + 10 events a second of its duration long, ending before the
+    log's last event (the head stays a seq that is served). A range that would touch an earlier
+    one of its workload is skipped; returns the holes and how many were skipped."""
+    names = list(logs)
+    out: Holes = {}
+    skipped = 0
+    for f in schedule:
+        if f.kind is not Kind.ROUTE_410_LOSS:
+            continue
+        w = names[f.target % len(names)]
+        n = len(logs[w])
+        first = int(n * min(1.0, f.at_s / (seconds * 0.85))) + 6
+        last = min(n - 1, first + int(f.duration_s * 10))
+        taken = out.setdefault(w, [])
+        if first > last or any(a - 1 <= last and first <= b + 1 for a, b in taken):
+            skipped += 1
+            continue
+        taken.append((first, last))
+    return {w: sorted(r) for w, r in out.items() if r}, skipped
+
+
+def replay(evs: list[dict[str, Any]], lost: list[tuple[int, int]], offer: Any,
+           pass_to: Any) -> None:
+    """A log through a model as the route serves it with `lost` expired: each range passed
+    (`pass_to(last)`, as a tailer does on its 410) and its events never offered."""
+    ranges = iter(sorted(lost))
+    hole = next(ranges, None)
+    for ev in evs:
+        seq = ev["seq"]
+        if hole is not None and seq >= hole[0]:
+            if seq == hole[0]:
+                pass_to(hole[1])
+            if seq <= hole[1]:
+                continue
+            hole = next(ranges, None)
+        offer(ev)
 
 
 class _Collect(TraceSink):
@@ -54,24 +97,27 @@ class _Nowhere:
         pass
 
 
-def expected_spans(logs: Logs) -> set[str]:
-    """Every span id the logs make: what the collector must hold at the end, each once."""
+def expected_spans(logs: Logs, lost: Holes | None = None) -> set[str]:
+    """Every span id the logs make, less their `lost` ranges: what the collector must hold at
+    the end, each once."""
     sink = _Collect()
     p = Pipeline(traces=sink)
     for wl, evs in logs.items():
         lg = p.workload(wl)
-        for ev in evs:
-            lg.offer(ev)
+        replay(evs, (lost or {}).get(wl, []), lambda ev, lg=lg: lg.offer(ev, "route"),
+               lambda last, lg=lg: lg.pass_to("route", last))
     sink.shutdown()
     return set(sink.ids)
 
 
 class ScheduledFaults(FaultPlan):
     """Route faults on while the schedule has them on: each request in a window is faulted
-    with probability one half, so the exporters still make progress through it."""
+    with probability one half, so the exporters still make progress through it. A request
+    whose cursor is just before a lost range, or in it, always gets its 410."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, lost: Holes | None = None) -> None:
         super().__init__()
+        self.lost = lost or {}
         self.until: dict[Kind, float] = {}
         self.rng_faults = random.Random(seed ^ 0x5EED)
         self.injected: Counter[str] = Counter()
@@ -83,6 +129,10 @@ class ScheduledFaults(FaultPlan):
         self.until.clear()
 
     def take(self, workload: str, after: int, head: int) -> Fault | None:
+        for first, last in self.lost.get(workload, ()):
+            if first <= after + 1 <= last and head >= last:
+                self.injected[str(Kind.ROUTE_410_LOSS)] += 1
+                return Fault(FaultKind.EXPIRE, workload, 1, oldest_seq=last + 1, transient=True)
         now = time.monotonic()
         live = [k for k, t in self.until.items() if t > now]
         if not live or self.rng_faults.random() < 0.5:
@@ -109,17 +159,26 @@ class ScheduledFaults(FaultPlan):
 
 @dataclass
 class Release:
-    """Releases the logs to the route in proportion to the run's elapsed time."""
+    """Releases the logs to the route in proportion to the run's elapsed time. A lost range
+    is in the route's log (its head passes it) but never served, and is released whole, so
+    the head never stops inside one."""
 
     route: RouteServer
     logs: Logs
+    lost: Holes = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.fed = dict.fromkeys(self.logs, 0)
+        self.gone = {w: {s for a, b in r for s in range(a, b + 1)} for w, r in self.lost.items()}
+        for w, seqs in self.gone.items():
+            self.route.logs[w].lost.update(seqs)
 
     def to(self, fraction: float) -> None:
         for w, evs in self.logs.items():
             upto = max(self.fed[w], int(len(evs) * min(1.0, fraction)))
+            for first, last in self.lost.get(w, ()):
+                if first <= upto < last:  # the log's seqs are 1, 2, ...: upto is the head
+                    upto = last
             if upto > self.fed[w]:
                 self.route.append(w, evs[self.fed[w]:upto])
                 self.fed[w] = upto

@@ -17,6 +17,10 @@ class Kind(StrEnum):
     ROUTE_TRUNCATE = "route_truncate"  # a body cut short of its Content-Length
     ROUTE_SLOW = "route_slow"  # slow pages, trickled bodies
     ROUTE_410_EDGE = "route_410_edge"  # 410 whose oldest_seq is the cursor's next: nothing lost
+    # Retention expired a range of a workload's log (`target` picks it, `duration` sets its
+    # length) before any reader had it: its events are never served again by the route nor by
+    # webhooks, a cursor in it gets 410 with the oldest seq past it (platform.holes).
+    ROUTE_410_LOSS = "route_410_loss"
     DISK_FULL = "disk_full"  # the exporter's state disk filled, freed after `duration`
     DISK_FULL_KILL = "disk_full_kill"  # the disk filled, the exporter killed and started on it
     RESHARD = "reshard"  # every exporter restarted with another shard count (`target`)
@@ -47,13 +51,15 @@ KUBE_KINDS = (Kind.KUBE_CRD, Kind.KUBE_DOWN_CHANGES, Kind.KUBE_WATCH_410)
 # The cluster's faults, drawn from a stream of their own (a tenth of the rate), so a seed's other
 # faults are the schedule they were before the cluster's were added.
 KUBE_WEIGHTS = {Kind.KUBE_CRD: 1, Kind.KUBE_DOWN_CHANGES: 2, Kind.KUBE_WATCH_410: 2}
+# Ranges lost for good, from a stream of their own too (a twentieth of the rate).
+LOSS_WEIGHTS = {Kind.ROUTE_410_LOSS: 1}
 
 
 @dataclass(frozen=True)
 class Fault:
     at_s: float
     kind: Kind
-    target: int  # an exporter's slot (taken modulo the exporters alive), or the shard count
+    target: int  # an exporter's slot (modulo the exporters alive), the shard count, a workload
     duration_s: float
 
     def __str__(self) -> str:
@@ -68,6 +74,8 @@ def draw(seed: int, seconds: float, exporters: int, *, rate: float = 0.5,
     out = _draw(random.Random(seed), WEIGHTS, seconds, exporters, rate, kinds, max_shards)
     out += _draw(random.Random(seed ^ 0xC1), KUBE_WEIGHTS, seconds, exporters, rate / 10, kinds,
                  max_shards)
+    out += _draw(random.Random(seed ^ 0x410), LOSS_WEIGHTS, seconds, exporters, rate / 20,
+                 kinds, max_shards)
     return sorted(out, key=lambda f: f.at_s)
 
 
@@ -81,6 +89,8 @@ def _draw(rng: random.Random, table: dict[Kind, int], seconds: float, exporters:
         kind = rng.choices(allowed, weights)[0]
         if kind is Kind.RESHARD:
             target = rng.randint(1, max(max_shards, exporters))
+        elif kind is Kind.ROUTE_410_LOSS:
+            target = rng.randrange(1 << 16)  # a workload, modulo the run's
         else:
             target = rng.randrange(max(max_shards, exporters))
         duration = rng.uniform(0.0, 1.0) if kind is Kind.RESHARD else rng.uniform(0.2, 6.0)

@@ -2,7 +2,8 @@
 shard that owns its workload (now and then to another, which acknowledges and ignores it),
 retried until a 2xx; while the schedule says so, deliveries reordered, sent twice (a retry
 whose first answer was lost), old ones replayed, and the signing secret rotated (the new one
-added to the exporters' secret file, used, then the old one removed)."""
+added to the exporters' secret file, used, then the old one removed). A range lost for good
+(platform.holes) is never delivered."""
 
 from __future__ import annotations
 
@@ -68,7 +69,8 @@ class Pusher:
         start = self.sent[w]
         if self._on("replay") and start > 0:
             start = max(0, start - self.rng.randint(1, 50))
-        batch = self.logs[w][start:upto]
+        gone = self.release.gone.get(w, ())  # a lost range: the platform has it no more
+        batch = [e for e in self.logs[w][start:upto] if e["seq"] not in gone]
         if not batch:
             return
         plan = delivery_plan(batch, rng=self.rng, duplicates=0.2 if self._on("retry") else 0.0,
