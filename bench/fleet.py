@@ -145,7 +145,6 @@ def _die_with_parent() -> None:
         pass
 
 
-
 @dataclass
 class Exporter:
     """One `serve` process; `start()` again after it stopped is a restart on the same port."""

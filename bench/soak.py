@@ -38,7 +38,6 @@ from tests.simlogs import parse, value
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 
 
-
 def _die_with_parent() -> None:
     """SIGKILL the child when the bench dies (Linux PR_SET_PDEATHSIG): nothing outlives it."""
     try:

@@ -89,7 +89,6 @@ def test_the_lost_ranges_truth_is_the_model_reading_what_the_route_serves() -> N
     assert got[("zaroz_events_gaps_total", wl)] == 2
     assert got[("zaroz_events_last_seq", wl)] == len(evs)
     assert sum(v for k, v in got.items() if k[0] == "zaroz_events_total") == len(evs) - 42
-    assert got != counts
 
 
 async def test_a_lost_range_is_never_served_and_its_cursor_gets_a_410() -> None:

@@ -116,8 +116,7 @@ def replayed(workload: str, evs: list[dict[str, Any]],
              lost: list[tuple[int, int]]) -> dict[Key, float]:
     """The samples of one uninterrupted model that read `evs` with `lost` expired."""
     p = Pipeline()
-    lg = p.workload(workload)
-    replay(evs, lost, lambda ev: lg.offer(ev, "route"), lambda last: lg.pass_to("route", last))
+    replay(p.workload(workload), evs, lost)
     samples, _ = parse(b"".join(render(p.registry, False)).decode())
     return samples
 
@@ -137,26 +136,35 @@ def expected_of(t: Truth, workload: str, evs: list[dict[str, Any]],
             {k: got.get(k, 0.0) for k in sums.keys() | {k for k in got if k[0] in sum_names}})
 
 
-def truth(report: Report, samples: dict[Key, float], t: Truth, workload: str, *,
-          duplicates: bool = False, evs: list[dict[str, Any]] | None = None,
-          lost: list[tuple[int, int]] | None = None) -> None:
-    """What assert_matches_truth holds in the suite, as a list of findings."""
-    counts, sums = expected_of(t, workload, evs or [], lost or [], duplicates=duplicates)
-    for k, want in counts.items():
+Expected = dict[str, tuple[dict[Key, float], dict[Key, float]]]  # workload -> counts, sums
+
+
+def expectations(t: Truth, logs: dict[str, list[dict[str, Any]]],
+                 lost: dict[str, list[tuple[int, int]]]) -> Expected:
+    """`expected_of` for every workload, duplicates allowed (route and webhooks both deliver):
+    made once, for the bounds along the way and the end alike."""
+    return {w: expected_of(t, w, evs, lost.get(w, []), duplicates=True)
+            for w, evs in logs.items()}
+
+
+def truth(report: Report, samples: dict[Key, float],
+          want: tuple[dict[Key, float], dict[Key, float]]) -> None:
+    """What assert_matches_truth holds in the suite, as a list of findings: one workload's
+    samples against its `expectations`."""
+    counts, sums = want
+    for k, v in counts.items():
         got = samples.get(k, 0.0)
-        report.check(got == want, f"{_show(k)}: {got:g} != {want:g}")
-    for k, want in sums.items():
+        report.check(got == v, f"{_show(k)}: {got:g} != {v:g}")
+    for k, v in sums.items():
         n = counts[(k[0].removesuffix("_sum") + "_count", k[1])]
         got = samples.get(k, 0.0)
-        report.check(abs(got - want) <= 1e-6 * max(1, n), f"{_show(k)}: {got} != {want}")
+        report.check(abs(got - v) <= 1e-6 * max(1, n), f"{_show(k)}: {got} != {v}")
 
 
-def bounds(t: Truth, logs: dict[str, list[dict[str, Any]]],
-           lost: dict[str, list[tuple[int, int]]] | None = None) -> dict[Key, float]:
-    """The counts no scrape may exceed at any time (`expected_of`'s, without the gauges)."""
+def bounds(want: Expected) -> dict[Key, float]:
+    """The counts no scrape may exceed at any time (the expected counts, without the gauges)."""
     out: dict[Key, float] = {}
-    for w, evs in logs.items():
-        counts, _ = expected_of(t, w, evs, (lost or {}).get(w, []), duplicates=True)
+    for counts, _ in want.values():
         out.update((k, v) for k, v in counts.items() if k[0] not in GAUGES)
     return out
 

@@ -22,7 +22,6 @@ from bench._common import ROOT, child_env, free_port
 MAIN = "import sys; from exporter.cli import main; sys.exit(main())"
 
 
-
 class Disk:
     """A small tmpfs for one state dir; `fill` takes every free byte, `free` gives them back."""
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from bench.faults.schedule import Fault as Scheduled
 from bench.faults.schedule import Kind
+from exporter.model.workload import WorkloadLog
 from exporter.sinks.traces.builder import SpanRecord
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
 from exporter.wiring.events import Pipeline
@@ -61,21 +62,20 @@ def holes(schedule: list[Scheduled], logs: Logs, seconds: float) -> tuple[Holes,
     return {w: sorted(r) for w, r in out.items() if r}, skipped
 
 
-def replay(evs: list[dict[str, Any]], lost: list[tuple[int, int]], offer: Any,
-           pass_to: Any) -> None:
-    """A log through a model as the route serves it with `lost` expired: each range passed
-    (`pass_to(last)`, as a tailer does on its 410) and its events never offered."""
+def replay(lg: WorkloadLog, evs: list[dict[str, Any]], lost: list[tuple[int, int]]) -> None:
+    """A log into a model as the route serves it with `lost` expired: each range passed (as a
+    tailer does on its 410) and its events never offered."""
     ranges = iter(sorted(lost))
     hole = next(ranges, None)
     for ev in evs:
         seq = ev["seq"]
         if hole is not None and seq >= hole[0]:
             if seq == hole[0]:
-                pass_to(hole[1])
+                lg.pass_to("route", hole[1])
             if seq <= hole[1]:
                 continue
             hole = next(ranges, None)
-        offer(ev)
+        lg.offer(ev, "route")
 
 
 class _Collect(TraceSink):
@@ -103,9 +103,7 @@ def expected_spans(logs: Logs, lost: Holes | None = None) -> set[str]:
     sink = _Collect()
     p = Pipeline(traces=sink)
     for wl, evs in logs.items():
-        lg = p.workload(wl)
-        replay(evs, (lost or {}).get(wl, []), lambda ev, lg=lg: lg.offer(ev, "route"),
-               lambda last, lg=lg: lg.pass_to("route", last))
+        replay(p.workload(wl), evs, (lost or {}).get(wl, []))
     sink.shutdown()
     return set(sink.ids)
 

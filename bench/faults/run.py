@@ -306,6 +306,7 @@ async def run(opts: Options) -> Result:
         root = opts.root or Path(stack.enter_context(tempfile.TemporaryDirectory(
             prefix="zaroz-faults-")))
         spans = expected_spans(logs, lost)
+        expect = checker.expectations(truth, logs, lost)  # before the fleet: not on the clock
         collector = Collector(free_port())
         await collector.start()
         plan = ScheduledFaults(opts.seed, lost)
@@ -330,7 +331,7 @@ async def run(opts: Options) -> Result:
             for slot in fleet.active():  # the schedule begins once the fleet is up
                 await _started(slot)
             t0 = time.monotonic()
-            limits = checker.bounds(truth, logs, lost)
+            limits = checker.bounds(expect)
             for slot in fleet.slots:
                 for name, every in (("a", 0.5), ("b", 0.7)):
                     sc = Scraper(f"scraper-{name}@{slot.index}", slot, fleet, every, t0,
@@ -366,8 +367,7 @@ async def run(opts: Options) -> Result:
             if final is not None:
                 checker.ownership(report, final, list(logs), fleet.shards)
                 for w in logs:
-                    checker.truth(report, final[shard_of(w, fleet.shards)], truth, w,
-                                  duplicates=True, evs=logs[w], lost=lost.get(w))
+                    checker.truth(report, final[shard_of(w, fleet.shards)], expect[w])
                 if cluster is not None:
                     want = cluster.truth()
                     kubecheck.check(report, final, want, fleet.shards)
