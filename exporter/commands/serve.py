@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,18 +127,22 @@ class Running:
                 assert self.checkpointer is not None
                 self.checkpointer.failed(e)
 
-    async def save_async(self) -> None:
-        """`save`, its write off the event loop (the periodic checkpoint)."""
-        if self.commits is not None:
-            await self.commits.take_ahead()
-            self.pipeline.registry.hold(self.held())
-            try:
-                await self.commits.begin_save()()
-            except CheckpointError:
-                pass  # counted and logged by the checkpointer
-            except Exception as e:  # counted and logged as a failed save, never raised
-                assert self.checkpointer is not None
-                self.checkpointer.failed(e)
+    async def save_async(self) -> bool:
+        """`save`, its write off the event loop (the periodic checkpoint): False when it
+        failed (counted and logged)."""
+        if self.commits is None:
+            return True
+        await self.commits.take_ahead()
+        self.pipeline.registry.hold(self.held())
+        try:
+            await self.commits.begin_save()()
+        except CheckpointError:
+            return False  # counted and logged by the checkpointer
+        except Exception as e:  # counted and logged as a failed save, never raised
+            assert self.checkpointer is not None
+            self.checkpointer.failed(e)
+            return False
+        return True
 
     async def stop(self) -> None:
         """Stops the loops and the sources (the last started first: the intake's gap checks
@@ -203,10 +207,31 @@ async def _collector_loop(running: Running, interval: float) -> None:
         collector.step(True)
 
 
-async def _checkpoint_loop(running: Running, interval: float) -> None:
+async def _checkpoint_loop(running: Running, interval: float, *,
+                           sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                           clock: Callable[[], float] = time.monotonic,
+                           backoff: Backoff | None = None) -> None:
+    """A save once `interval` seconds have passed since the last one taken (a scrape's and a
+    delivery's count too). A scrape commits what changed since the last save before it is
+    sent, so this bounds a scrape's own commit to an interval's changes whatever the scrape
+    interval, and with it the scrape's wait. After a failed save the next one waits longer
+    (backoff to 30 s): a full disk is then not retried and logged several times a second by
+    this loop (scrapes still try theirs)."""
+    commits = running.commits
+    assert commits is not None
+    backoff = backoff or Backoff(interval, max(interval, 30.0))
+    delay = interval
     while True:
-        await asyncio.sleep(interval)
-        await running.save_async()
+        await sleep(delay)
+        due = commits.last_taken + interval - clock()
+        if due > 0 and not backoff.failures:
+            delay = due  # a scrape or a delivery saved meanwhile
+            continue
+        if await running.save_async():
+            backoff.reset()
+            delay = interval
+        else:
+            delay = backoff.next(floor=interval)
 
 
 def _cluster_model(config: ServeConfig, pipeline: Pipeline) -> UnitSignalModel | None:

@@ -14,7 +14,8 @@ backwards (a reset to Prometheus). So what changed is taken just before each scr
 with no await in between, and the exposition is sent only once that checkpoint is durable
 (`render_checkpointed_async`: the write itself runs in the checkpointer's one writer thread, off
 the event loop, in the order the saves were taken; `render_checkpointed` and `save` wait for it
-in place). Besides, a checkpoint is saved every `--checkpoint-interval` seconds and at
+in place). Besides, a checkpoint is saved `--checkpoint-interval` seconds after the last one
+(0.25 s: a scrape's own commit then holds that little, whatever the scrape interval) and at
 shutdown. A checkpoint newer than the last scrape is harmless: its counts are exposed next time.
 
 Each save writes only what changed since the last one, as one batch appended to the store's log

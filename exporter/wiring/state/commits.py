@@ -99,6 +99,7 @@ class GroupCommit:
         self._gated: list[asyncio.Future[None]] = []  # tailers' pages, after the settling
         self.written = False  # a write ended and is not settled yet (set by the writer thread)
         self.begun = 0  # saves begun for waiting deliveries (the benchmark shows the grouping)
+        self.last_taken = time.monotonic()  # when the last save was taken (the periodic one's due)
         # The last wait's save: taken, written, settled, and the waiter resumed (perf_counter;
         # a scrape reads it in its Server-Timing header).
         self.hops: tuple[float, float, float, float] | None = None
@@ -175,6 +176,7 @@ class GroupCommit:
     def _record(self, save: _Save) -> None:
         """Number the save just taken; its outcome is settled after every earlier save's."""
         self._taken = save.n
+        self.last_taken = time.monotonic()
         self._flight.append(save)
         if save.done and self._flight[0] is save:
             self._settle()
