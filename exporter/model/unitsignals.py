@@ -35,7 +35,7 @@ import msgspec
 
 from exporter.contract import is_valid_unit_signal_spec, is_valid_unit_signal_status
 from exporter.model.ranges import CLOCK_MAX_NS, CLOCK_MIN_NS, INT_MAX, INT_MIN, clock_ns
-from exporter.model.signal import Status, UnitSignal, raw_value, status_value
+from exporter.model.signal import Status, UnitSignal, decode_status, raw_value
 from exporter.model.units import DRAIN_REASONS
 from exporter.timestamps import parse_rfc3339_ns
 from exporter.vocabulary import ACTIVITIES, PHASES
@@ -46,6 +46,7 @@ STATUS_FIELDS = (
     "activitySince", "shutdownRequestedAt", "allocationAck", "seq",
 )
 _STATUS_SET = frozenset(STATUS_FIELDS)
+_READY_AT, _SHUTDOWN_AT = map(STATUS_FIELDS.index, ("signalledReady", "shutdownRequestedAt"))
 _NULLS = dict.fromkeys(STATUS_FIELDS)
 # The status fields that start or end a measurement (see UnitSignalModel._status_only).
 _measured = itemgetter(*map(STATUS_FIELDS.index, (
@@ -63,6 +64,8 @@ Labels = tuple[tuple[str, str], ...]
 # tests count spec decodes through signal's decoder apart from status decodes.
 _loads = msgspec.json.Decoder().decode
 _asdict = msgspec.structs.asdict
+_astuple = msgspec.structs.astuple
+_unfit = msgspec.ValidationError
 assert Status.__struct_fields__ == STATUS_FIELDS  # a typed status's tuple is its key
 intern = sys.intern  # bounded strings repeated across 100k objects (namespace, workload...)
 
@@ -252,7 +255,9 @@ class UnitSignalModel:
         generation moved) or a plain dict (decoded untyped: tests, objects that did not fit the
         types). Both take the same path and give the same result."""
         # The hot path of a watch (100k objects): straight-line code, each field read once.
-        status: dict[str, Any] | None
+        status: dict[str, Any] | Status | None
+        skey: tuple[Any, ...] | None = None  # the status's fields in STATUS_FIELDS order
+        fits = False  # the status decoded typed (`signal.Status`): its integers bounded
         if isinstance(obj, UnitSignal):
             meta = obj.metadata
             ns, name = meta.namespace, meta.name
@@ -260,16 +265,14 @@ class UnitSignalModel:
                 return None
             key = (ns, name)
             uid, mgen, labels, raw = meta.uid, meta.generation, meta.labels, obj.status
-            # Typed (its integers bounded at decode: `fits`), else untyped and checked here.
-            typed = status_value(raw) if len(raw) else None
-            if typed is not None:
-                fits = True
-                status = _asdict(typed)
-            else:
-                fits = False
-                status = _loads(raw) if len(raw) else None
+            status = None
+            if len(raw):
+                try:
+                    typed = decode_status(raw)  # kept typed: a dict only where validated
+                    status, skey, fits = typed, _astuple(typed), True
+                except _unfit:  # another form, or an integer beyond 64 bits: checked here
+                    status = _loads(raw)
         else:
-            fits = False
             k = _key_of(obj)
             if k is None:
                 return None
@@ -291,7 +294,9 @@ class UnitSignalModel:
         else:
             workload, allowed = None, ()
         workload = intern(workload) if type(workload) is str and workload else key[0]
-        if type(status) is dict:
+        if fits:  # Status forbids unknown fields: its tuple is the whole status
+            same_status = skey == t.status_key
+        elif type(status) is dict:
             skey = tuple(map(status.get, STATUS_FIELDS))
             same_status = skey == t.status_key and status.keys() <= _STATUS_SET
         else:
@@ -363,7 +368,7 @@ class UnitSignalModel:
             since = old.phase_since
         elif first_sight:  # the spec was read just above (first sight always reads it)
             since = _phase_start(phase, _created_of(obj), spec if type(spec) is dict else {},
-                                 status) or now
+                                 skey) or now
             since = min(since, now)
         else:
             since = now
@@ -408,8 +413,9 @@ class UnitSignalModel:
 
     # -- pieces of an upsert -----------------------------------------------------------------
 
-    def _status_only(self, key: Key, t: _Tracked, old: SignalState, status: dict[str, Any],
-                     skey: tuple[Any, ...], workload: str, fits: bool) -> None:
+    def _status_only(self, key: Key, t: _Tracked, old: SignalState,
+                     status: dict[str, Any] | Status, skey: tuple[Any, ...], workload: str,
+                     fits: bool) -> None:
         """A status write that moved none of observedGeneration, signalledReady and
         allocationAck, under an unchanged spec and labels: the agent's routine writes (seq,
         accepting, activity). Nothing is measured and the phase stays, so only the status's own
@@ -481,7 +487,7 @@ class UnitSignalModel:
                 del allocs[next(iter(allocs))]
         return given
 
-    def _validate_status(self, t: _Tracked, status: dict[str, Any] | None,
+    def _validate_status(self, t: _Tracked, status: dict[str, Any] | Status | None,
                          skey: tuple[Any, ...] | None, workload: str, fits: bool) -> None:
         """Once per distinct status: `skey` is its fields' values in STATUS_FIELDS order.
         `fits`: decoded typed (`signal.Status`), so its integers are within the model's and
@@ -489,7 +495,9 @@ class UnitSignalModel:
         if status is None:
             t.status_key, t.status_valid = None, 1
             return
-        if len(status) < len(STATUS_FIELDS):
+        if isinstance(status, Status):
+            status = _asdict(status)  # every field, absent ones null
+        elif len(status) < len(STATUS_FIELDS):
             # JSON merge patch deletes a key patched to null: the API server cannot keep the
             # contract's "present and null", so an absent field counts as null.
             full = _NULLS.copy()
@@ -801,14 +809,15 @@ def _managed_of(obj: Any) -> Any:
 
 
 def _phase_start(phase: str, created: Any, spec: dict[str, Any],
-                 status: dict[str, Any] | None) -> float | None:
-    """On first sight, when the object entered its phase, from its own timestamps."""
+                 skey: tuple[Any, ...] | None) -> float | None:
+    """On first sight, when the object entered its phase, from its own timestamps (`skey`: the
+    status's fields in STATUS_FIELDS order)."""
     if phase == "starting":
         return _seconds(created)
     if phase == "ready":
-        return _seconds(status.get("signalledReady")) if status else None
+        return _seconds(skey[_READY_AT]) if skey else None
     if phase == "allocated":
         alloc = spec.get("allocation")
         return _seconds(alloc.get("allocatedAt")) if type(alloc) is dict else None
-    return _seconds(status.get("shutdownRequestedAt")) if status else None
+    return _seconds(skey[_SHUTDOWN_AT]) if skey else None
 
