@@ -40,7 +40,7 @@ from exporter.wiring.state.checkpoint import (
     render_checkpointed,
 )
 from exporter.wiring.state.convert import DB as V3_DB
-from exporter.wiring.state.store import DB, Changes, Store, read_state
+from exporter.wiring.state.store import DB, Changes, Store, read_state, row_of
 from tests.serving import Feed
 from tests.simlogs import assert_matches_truth, finite_logs, parse
 from zaroz_sim.config import SimConfig
@@ -537,7 +537,7 @@ def _with_old_duplicate_series(state_dir: Path) -> None:
     db = store._open()
     with db.write_batch(sync=True) as batch:
         for k, v in db.iterator(prefix=b"series\0"):
-            if orjson.loads(v)[0] == "zaroz_events_duplicate_total":
+            if row_of(v)[0] == "zaroz_events_duplicate_total":
                 batch.delete(k)
     store.write(Changes(series=[
         ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"]).decode(), 7, None)]))

@@ -9,7 +9,7 @@ import orjson
 
 from exporter.wiring.events import Pipeline
 from exporter.wiring.state.checkpoint import Checkpointer
-from exporter.wiring.state.store import DB, Changes, Store
+from exporter.wiring.state.store import DB, Changes, Store, row_of
 from tests.test_checkpoint import LOGS, _fed
 
 OLD_KEY = ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"]).decode())
@@ -19,7 +19,7 @@ def stored_starts(state_dir: Path) -> set[tuple[str, str]]:
     store = Store(state_dir / DB)
     db = store._open()
     try:
-        return {tuple(orjson.loads(v)[:2]) for _, v in db.iterator(prefix=b"starts\0")}
+        return {tuple(row_of(v)[:2]) for _, v in db.iterator(prefix=b"starts\0")}
     finally:
         store.close()
 
@@ -32,7 +32,7 @@ def with_an_old_label_set(state_dir: Path) -> None:
     with db.write_batch(sync=True) as batch:
         for prefix in (b"series\0", b"starts\0"):
             for k, v in db.iterator(prefix=prefix):
-                if orjson.loads(v)[0] == OLD_KEY[0]:
+                if row_of(v)[0] == OLD_KEY[0]:
                     batch.delete(k)
     store.write(Changes(series=[(*OLD_KEY, 7, None)], starts=[(*OLD_KEY, 1_000)]))
     store.close()
@@ -56,7 +56,7 @@ def test_the_start_of_a_family_whose_labels_changed_is_removed(tmp_path: Path):
     # What is left is exactly the series stored: one start row each.
     store = Store(tmp_path / DB)
     db = store._open()
-    series = {tuple(orjson.loads(v)[:2]) for _, v in db.iterator(prefix=b"series\0")}
+    series = {tuple(row_of(v)[:2]) for _, v in db.iterator(prefix=b"series\0")}
     store.close()
     assert rows == series
 
@@ -66,7 +66,7 @@ def stored_series(state_dir: Path) -> set[tuple[str, str]]:
     store = Store(state_dir / DB)
     db = store._open()
     try:
-        return {tuple(orjson.loads(v)[:2]) for _, v in db.iterator(prefix=b"series\0")}
+        return {tuple(row_of(v)[:2]) for _, v in db.iterator(prefix=b"series\0")}
     finally:
         store.close()
 

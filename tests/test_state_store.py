@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from exporter.sinks.traces.otlp import TraceConfig, TraceSink
 from exporter.wiring.events import Pipeline
 from exporter.wiring.state.checkpoint import CONVERTED, FILE, Checkpointer, CheckpointError
-from exporter.wiring.state.store import DB, Changes, Store, read_state
+from exporter.wiring.state.store import DB, Changes, Store, read_state, row_of
 from tests.simlogs import finite_logs
 from zaroz_sim.fleet import envelope, unit_of
 
@@ -504,7 +504,7 @@ def _with_old_duplicate_series(state_dir: Path) -> None:
     db = store._open()
     with db.write_batch(sync=True) as batch:
         for k, v in db.iterator(prefix=b"series\0"):
-            if orjson.loads(v)[0] == "zaroz_events_duplicate_total":
+            if row_of(v)[0] == "zaroz_events_duplicate_total":
                 batch.delete(k)
     store.write(Changes(series=[
         ("zaroz_events_duplicate_total", orjson.dumps(["wl-1"]).decode(), 7, None)]))

@@ -1,19 +1,22 @@
 """The store as a log: a torn or corrupt tail is cut at the last whole commit, a version-3
-SQLite store converts once, the files stay bounded, and `verify` and `backup` work beside a
-writer."""
+SQLite store converts once, a version-4 store (JSON rows) is read as it is, the files stay
+bounded, and `verify` and `backup` work beside a writer."""
 
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
+import plyvel
 import pytest
 
 from exporter.wiring.events import Pipeline
 from exporter.wiring.state import convert
 from exporter.wiring.state.checkpoint import Checkpointer
-from exporter.wiring.state.store import DB, Changes, Store, read_state
+from exporter.wiring.state.store import DB, VERSION, Changes, Store, read_state, row_of
+from exporter.wiring.state.store import _dumps as store_row
 from tests.test_state_store import LOGS, _close, _pipeline, _rich, _same
 
 
@@ -94,7 +97,7 @@ def test_a_version_3_store_is_converted_once_with_every_value(tmp_path: Path):
     assert not (tmp_path / convert.DB).exists()
     assert (tmp_path / (convert.DB + ".converted")).exists()  # kept, read by nothing
     stored = read_state(tmp_path)
-    assert stored is not None and stored["v"] == 4
+    assert stored is not None and stored["v"] == VERSION
     _same({**stored, "v": 3}, {**state, "v": 3})
     cp.close()
     r = _pipeline()
@@ -182,3 +185,71 @@ def test_a_commit_into_a_new_log_file_fsyncs_the_directory(tmp_path: Path, monke
             logs.append(live)
     store.close()
     assert len(logs) >= 3  # several switches
+
+
+def _stored(store: Path) -> dict[bytes, bytes]:
+    db = plyvel.DB(str(store))
+    try:
+        return dict(db.iterator())
+    finally:
+        db.close()
+
+
+def _as_version_4(store: Path) -> None:
+    """The store as version 4 wrote it: every row as JSON (orjson's, or the standard library's
+    for an integer beyond 64 bits), its version 4."""
+    db = plyvel.DB(str(store))
+    try:
+        with db.write_batch(sync=True) as batch:
+            for k, v in db.iterator():
+                batch.put(k, b"4" if k == b"\0v" else
+                          json.dumps(row_of(v), separators=(",", ":")).encode())
+    finally:
+        db.close()
+
+
+def test_a_version_4_store_is_read_as_it_is_and_is_version_5_from_its_next_commit(
+        tmp_path: Path):
+    p = _pipeline(traces=False)
+    _rich(p)
+    cp = Checkpointer(tmp_path, p)
+    assert cp.save() is True
+    cp.close()
+    written = _stored(tmp_path / DB)
+    assert written[b"\0v"] == str(VERSION).encode() == b"5"
+    rows = [v for k, v in written.items() if k != b"\0v"]
+    assert rows and not any(v.startswith(b"[") for v in rows)  # MessagePack, every one
+    json_bytes = sum(len(json.dumps(row_of(v), separators=(",", ":"))) for v in rows)
+    assert sum(map(len, rows)) < 0.9 * json_bytes
+
+    _as_version_4(tmp_path / DB)
+    old = _stored(tmp_path / DB)
+    expected = read_state(tmp_path)
+    assert old[b"\0v"] == b"4" and all(v.startswith(b"[") for k, v in old.items() if k != b"\0v")
+    q = Pipeline()
+    again = Checkpointer(tmp_path, q)
+    assert again.load() == 2
+    q.registry.hold(again.held_at_save)  # as serve does
+    _same(again.state(), expected)
+    for e in LOGS["wl-1"][200:230]:  # wl-1's next events: its rows change, wl-rich's do not
+        q.workload("wl-1").offer(e)
+    assert again.save() is True
+    after = again.state()
+    again.close()
+    mixed = _stored(tmp_path / DB)
+    assert mixed[b"\0v"] == b"5"
+    changed = [k for k, v in mixed.items() if k != b"\0v" and v != old.get(k)]
+    kept = [k for k, v in mixed.items() if k != b"\0v" and v == old.get(k)]
+    assert changed and kept and not any(mixed[k].startswith(b"[") for k in changed)
+    assert all(mixed[k].startswith(b"[") for k in kept)  # still version 4's JSON, read so
+    _same(read_state(tmp_path), after)
+    assert Store(tmp_path / DB).verify() == []
+
+
+def test_a_row_with_an_integer_beyond_64_bits_is_stored_as_json_and_read_exactly(
+        tmp_path: Path):
+    big = [2**64 + 1, -(2**63) - 1]
+    for row in (["wl-1", "u-1", big[0]], ["wl-1", "u-1", big[1]], ["wl-1", "u-1", 2**64 - 1]):
+        value = store_row(row)
+        assert value.startswith(b"[") == (row[2] in big)  # JSON only when MessagePack can't
+        assert row_of(value) == row and type(row_of(value)[2]) is int

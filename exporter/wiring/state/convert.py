@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS spans(serial INTEGER PRIMARY KEY, span TEXT NOT NULL)
 # B-tree) a row over about a quarter of a 1 KiB page spills to an overflow page of its own, so
 # they live in rowid tables (a row fits up to 989 bytes) keyed by a 63-bit hash of their key
 # (`_id`; two keys of one store sharing a hash: about 1 in 10^9 at 200,000 rows).
+_UNIT_COLUMNS = 9  # workload, uid and Unit.snapshot's first seven
 _HASHED = frozenset({"series", "series_gone", "traces", "traces_gone"})
 _WRITES = (
     ("DELETE FROM units WHERE workload = ? AND uid = ?", "units_gone"),
@@ -131,6 +132,8 @@ class Store:
                 self._run("INSERT INTO meta VALUES ('v', ?)", [(str(VERSION),)])
             for sql, name in _WRITES:
                 rows = getattr(changes, name)
+                if rows and name == "units":  # version 3 kept no ended allocation or drain
+                    rows = [r[:_UNIT_COLUMNS] for r in rows]
                 if rows and name in _HASHED:
                     rows = [(_id(r[0], r[1]), *r[2:]) if name.endswith("_gone")
                             else (_id(r[0], r[1]), *r) for r in rows]
