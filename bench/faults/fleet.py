@@ -127,7 +127,7 @@ class Fleet:
         args = ["serve", "--listen", f"127.0.0.1:{slot.port}", "--events-url", self.route_url,
                 *self.kube, "--log-level", "warning", "--wait", "1",
                 "--poll-interval", "0.2", "--backoff-max", "0.5", "--discovery-interval", "1",
-                "--checkpoint-interval", "1", "--state-dir", str(slot.state_dir),
+                "--state-dir", str(slot.state_dir),  # the default checkpoint interval
                 "--total-shards", str(self.shards), "--shard", str(slot.index), *self.extra]
         start = Start(f"exporter-{slot.index}-{slot.starts + 1}", self.epoch)
         log = slot.log_path.open("ab")
