@@ -49,7 +49,7 @@ class Options:
     kinds: frozenset[Kind] | None = None
     rss_limit_mib: float = 400.0
     catch_up_s: float = 120.0
-    disk_size: str | None = "64m"  # more than the store needs to open (its log: 8 MiB at most)
+    disk_size: str | None = "96m"  # more than the store needs to open (its log: 16 MiB at most)
     root: Path | None = None
     kube: bool = True  # UnitSignals from the Kubernetes API emulator (else --kube off)
 
