@@ -195,9 +195,10 @@ def _serve_flags(p: argparse.ArgumentParser, listen: str) -> None:
          "each scrape, every --checkpoint-interval and at shutdown) appends what changed since "
          "the last; a checkpoint.json or state.db of an older version is converted once; "
          "`zaroz-exporter state` checks and backs it up; none: no checkpoints", default=None)
-    _add(p, "--checkpoint-interval", help="seconds from one checkpoint to the next, besides "
-         "those at scrape time and at shutdown: a scrape commits what changed since the last one "
-         "before it is sent, so this bounds its wait (0: only at scrapes and shutdown)",
+    _add(p, "--checkpoint-interval", help="seconds after the last checkpoint (a scrape's too) "
+         "before the next one: a scrape commits what changed since the last one before it is "
+         "sent, so this bounds its wait; after a failed one, longer (up to 30 s) (0: only at "
+         "scrapes and shutdown)",
          type=float, default=0.25)
     _add(p, "--start-from", help="where each workload's log starts: checkpoint (if any, else "
          "earliest), head, or earliest", default="checkpoint",

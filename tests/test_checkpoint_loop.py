@@ -26,7 +26,8 @@ class _Running:
     outcomes: list[bool]  # each periodic save's outcome, in turn
     commits: _Commits = field(default_factory=_Commits)
     saves: list[float] = field(default_factory=list)  # when each periodic save was taken
-    scrapes: dict[int, float] = field(default_factory=dict)  # sleep n: a scrape saves then
+    scrapes: dict[int, float] = field(default_factory=dict)  # sleep n: a scrape saved this
+    # many seconds before it ended
 
     async def save_async(self) -> bool:
         self.saves.append(self.clock[0])
@@ -42,9 +43,9 @@ def _run(running: _Running, interval: float, saves: int) -> list[float]:
     async def sleep(s: float) -> None:
         delays.append(s)
         running.clock[0] += s
-        at = running.scrapes.get(len(delays))
-        if at is not None:  # a scrape saved during this sleep, `at` seconds into it
-            running.commits.last_taken = running.clock[0] - s + at
+        before = running.scrapes.get(len(delays))
+        if before is not None:  # a scrape saved during this sleep, `before` s before its end
+            running.commits.last_taken = running.clock[0] - before
         if len(running.saves) >= saves:
             raise asyncio.CancelledError
 
@@ -59,18 +60,19 @@ def _run(running: _Running, interval: float, saves: int) -> list[float]:
 
 
 def test_the_periodic_save_is_due_an_interval_after_any_save() -> None:
-    running = _Running(clock=[0.0], outcomes=[True] * 4, scrapes={2: 0.1})
+    running = _Running(clock=[0.0], outcomes=[True] * 4, scrapes={2: 0.15})
     _run(running, 0.25, 4)
     # 0.25 the first; a scrape's save at 0.35 puts the next at 0.60, not 0.50; then every 0.25
     assert running.saves == pytest.approx([0.25, 0.60, 0.85, 1.10])
 
 
 def test_failed_saves_back_off_and_a_success_resets_the_pace() -> None:
-    running = _Running(clock=[0.0], outcomes=[False] * 6 + [True, True])
-    _run(running, 0.25, 8)
+    # a scrape's save just before the third sleep ends: the loop, backing off, still retries
+    # then (a scrape's save does not postpone a retry after a failure)
+    running = _Running(clock=[0.0], outcomes=[False] * 6 + [True, True], scrapes={3: 0.01})
+    delays = _run(running, 0.25, 8)
+    assert running.saves[2] == pytest.approx(sum(delays[:3]))
     gaps = [b - a for a, b in zip(running.saves, running.saves[1:], strict=False)]
     assert all(g >= 0.25 - 1e-9 for g in gaps)
     assert sum(gaps[:6]) > 6 * 0.25 * 2  # backing off: far longer than the interval each
     assert gaps[6] == pytest.approx(0.25)  # after the success, the interval again
-    # a failing loop is not postponed by the saves it takes itself
-    assert running.saves[0] == pytest.approx(0.25)

@@ -130,8 +130,9 @@ def expected_of(t: Truth, workload: str, evs: list[dict[str, Any]],
         return counts, sums
     names = {k[0] for k in counts}
     sum_names = {k[0] for k in sums}
+    families = names | sum_names
     got = {k: v for k, v in replayed(workload, evs, lost).items()
-           if k[0] in names | sum_names and dict(k[1]).get("workload") == workload}
+           if k[0] in families and dict(k[1]).get("workload") == workload}
     return ({k: got.get(k, 0.0) for k in counts.keys() | {k for k in got if k[0] in names}},
             {k: got.get(k, 0.0) for k in sums.keys() | {k for k in got if k[0] in sum_names}})
 

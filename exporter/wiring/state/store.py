@@ -10,11 +10,12 @@ one path.
 
 Chosen by `python -m bench.checkpoint` (100,000 units, 1,000 workloads, a checkpoint every
 1,000 events of the stream, compactions counted): LevelDB wrote 557 B per event with JSON rows
-(1.7x the rows that changed; SQLite's B-tree wrote 3,817 B, 11.4x), 497-529 B with MessagePack
-rows since; its directory stays at 1.3x the state (SQLite 2.1x), and it restores in 1.8 s
-against 2.9 s on a loaded machine. RocksDB (rocksdict) writes as few bytes (612 B) but holds
-the GIL through its write and fsync: a thread beside its writes ran 360 times of a possible
-~5,500 (beside LevelDB's: 2,010 of ~4,500), so its commit would hold the event loop.
+(1.7x the rows that changed; SQLite's B-tree wrote 3,817 B, 11.4x), 522 B with MessagePack rows
+and a 16 MiB memtable since (1.4x; bench/README); its directory stays at 1.3x the state
+(SQLite 2.1x), and it restores in 1.8 s against 2.9 s on a loaded machine. RocksDB (rocksdict)
+writes as few bytes (612 B) but holds the GIL through its write and fsync: a thread beside its
+writes ran 360 times of a possible ~5,500 (beside LevelDB's: 2,010 of ~4,500), so its commit
+would hold the event loop.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from exporter.sinks.metrics.state import state_of_rows
 DB = "store"  # the LevelDB's directory in the state dir
 # The checkpoint format: 1 and 2 were checkpoint.json, 3 SQLite's state.db, 4 this store with
 # its rows as JSON; 5 writes them as MessagePack (no quotes, no escapes in the JSON text a row
-# holds: 11% fewer disk bytes an event at 1,000 workloads, bench.checkpoint) and reads both
+# holds: 5-11% fewer disk bytes an event at 1,000 workloads, bench.checkpoint) and reads both
 # (`row_of`), so a store of version 4 is read as it is and becomes version 5 at its first
 # commit. An exporter of version 4 refuses a store of version 5 at start, with one line (an
 # upgrade is one-way, as from SQLite's).
